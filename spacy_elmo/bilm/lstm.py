@@ -1,0 +1,114 @@
+"""LSTM with projection, cell clipping and projection clipping, both directions at once.
+
+One :class:`BiProjectedLSTMLayer` holds the forward and the backward cell of a
+layer as stacked parameters (leading dimension 2: forward, backward), so that
+each time step is one batched matrix product for both directions.
+
+The cell is TensorFlow's ``LSTMCell`` as bilm-tf used it::
+
+    i, j, f, o = split(x W_ih + h W_hh + b)
+    c = clip(sigmoid(f + 1) * c + sigmoid(i) * tanh(j), cell_clip)
+    h = clip((sigmoid(o) * tanh(c)) W_P, proj_clip)
+
+Parameters are kept in PyTorch's gate order (i, f, g=j, o) and ``bias`` keeps
+TensorFlow's meaning (the forget gate's +1 is added at run time, never stored),
+so exporting to the published format is an exact copy.
+
+The backward direction is run on sequences reversed within their own length,
+so both directions advance over the same "active rows" at every step: rows are
+sorted by length (longest first) and step ``t`` computes only the rows whose
+length exceeds ``t``. No work is spent on padding, and a row's result never
+depends on the other rows of its batch.
+"""
+from typing import List, Optional, Tuple
+
+import torch
+from torch import nn
+
+State = Tuple[torch.Tensor, torch.Tensor]  # h (2, B, proj), c (2, B, cell)
+
+
+class BiProjectedLSTMLayer(nn.Module):
+    def __init__(
+        self,
+        input_dim: int,
+        cell_dim: int,
+        projection_dim: int,
+        cell_clip: Optional[float] = None,
+        proj_clip: Optional[float] = None,
+    ) -> None:
+        super().__init__()
+        self.input_dim = input_dim
+        self.cell_dim = cell_dim
+        self.projection_dim = projection_dim
+        self.cell_clip = cell_clip
+        self.proj_clip = proj_clip
+        self.weight_ih = nn.Parameter(torch.empty(2, 4 * cell_dim, input_dim))
+        self.weight_hh = nn.Parameter(torch.empty(2, 4 * cell_dim, projection_dim))
+        self.bias = nn.Parameter(torch.zeros(2, 4 * cell_dim))
+        self.weight_proj = nn.Parameter(torch.empty(2, projection_dim, cell_dim))
+        forget = torch.zeros(4 * cell_dim)
+        forget[cell_dim : 2 * cell_dim] = 1.0
+        self.register_buffer("forget_offset", forget, persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = self.cell_dim ** -0.5
+        for p in (self.weight_ih, self.weight_hh, self.weight_proj):
+            nn.init.uniform_(p, -bound, bound)
+        nn.init.zeros_(self.bias)
+
+    def zero_state(self, batch_size: int, like: torch.Tensor) -> State:
+        h = like.new_zeros(2, batch_size, self.projection_dim)
+        c = like.new_zeros(2, batch_size, self.cell_dim)
+        return h, c
+
+    def forward(
+        self, inputs: torch.Tensor, lengths: List[int], state: Optional[State] = None
+    ) -> Tuple[torch.Tensor, State]:
+        """Run both directions.
+
+        ``inputs``: (2, T, B, input_dim), time-major, direction 1 already
+        reversed within each row's length; rows sorted by ``lengths``
+        descending. Returns outputs (2, T, B, projection_dim) (zero past each
+        row's length) and the final state of every row (its state after its
+        last real step).
+        """
+        n_dir, n_steps, batch, _ = inputs.shape
+        if state is None:
+            state = self.zero_state(batch, inputs)
+        h, c = state
+        bias = self.bias + self.forget_offset
+        # All input projections at once: (2, T*B, in) x (2, in, 4C).
+        xw = torch.baddbmm(
+            bias.unsqueeze(1), inputs.reshape(n_dir, n_steps * batch, -1), self.weight_ih.transpose(1, 2)
+        ).view(n_dir, n_steps, batch, -1)
+        w_hh = self.weight_hh.transpose(1, 2)
+        w_proj = self.weight_proj.transpose(1, 2)
+        outputs = []
+        n_active = batch
+        for t in range(n_steps):
+            while n_active > 0 and lengths[n_active - 1] <= t:
+                n_active -= 1
+            if n_active == 0:
+                break
+            h_prev = h[:, :n_active]
+            gates = torch.baddbmm(xw[:, t, :n_active], h_prev, w_hh)
+            i, f, g, o = gates.chunk(4, dim=-1)
+            c_new = torch.sigmoid(f) * c[:, :n_active] + torch.sigmoid(i) * torch.tanh(g)
+            if self.cell_clip is not None:
+                c_new = c_new.clamp(-self.cell_clip, self.cell_clip)
+            h_new = torch.bmm(torch.sigmoid(o) * torch.tanh(c_new), w_proj)
+            if self.proj_clip is not None:
+                h_new = h_new.clamp(-self.proj_clip, self.proj_clip)
+            if n_active < batch:
+                h = torch.cat([h_new, h[:, n_active:]], dim=1)
+                c = torch.cat([c_new, c[:, n_active:]], dim=1)
+                h_new = nn.functional.pad(h_new, (0, 0, 0, batch - n_active))
+            else:
+                h, c = h_new, c_new
+            outputs.append(h_new)
+        out = inputs.new_zeros(n_dir, n_steps, batch, self.projection_dim)
+        if outputs:
+            out[:, : len(outputs)] = torch.stack(outputs, dim=1)
+        return out, (h, c)

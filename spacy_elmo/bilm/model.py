@@ -1,0 +1,210 @@
+"""The biLM: token encoder + forward and backward LSTM stacks -> L+1 layers."""
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import numpy
+import torch
+from torch import nn
+
+from .chars import batch_to_char_ids
+from .lstm import BiProjectedLSTMLayer, State
+from .options import BiLMOptions
+from .token_encoder import CharCNNEncoder
+
+PathLike = Union[str, Path]
+
+
+@dataclass
+class BiLMOutput:
+    """``layers``: L+1 tensors (B, T, 2*projection_dim), boundary positions
+    included; ``mask``: (B, T) bool, True at real positions (boundaries too)."""
+
+    layers: List[torch.Tensor]
+    mask: torch.Tensor
+
+
+def reverse_index(lengths: torch.Tensor, n_steps: int) -> torch.Tensor:
+    """(B, T) index that reverses each row within its length (an involution)."""
+    steps = torch.arange(n_steps, device=lengths.device).unsqueeze(0)
+    lengths = lengths.unsqueeze(1)
+    return torch.where(steps < lengths, lengths - 1 - steps, steps)
+
+
+class BiLM(nn.Module):
+    """ELMo's bidirectional language model (Peters et al. 2018), inference side.
+
+    ``forward`` takes char ids (B, T, max_chars) that already hold the
+    sentence boundary tokens (see :mod:`spacy_elmo.bilm.chars`) and returns
+    L+1 layers: layer 0 is the token encoding duplicated, ``[x; x]``, and
+    layer ``l`` is ``[forward_l; backward_l]``.
+
+    Outputs are deterministic by default: every sentence starts from a zero
+    LSTM state, so its vectors do not depend on its batch, its position,
+    padding or earlier calls. ``stateful=True`` replays the reference
+    implementation instead: each row of a batch starts from the state that
+    the same row of the previous call ended in (zero on the first call, and
+    after :meth:`reset_states`). Use it only to reproduce reference outputs.
+    """
+
+    def __init__(self, options: Union[BiLMOptions, Dict[str, Any]], stateful: bool = False) -> None:
+        super().__init__()
+        if isinstance(options, dict):
+            options = BiLMOptions.from_dict(options)
+        self.options = options
+        self.token_encoder = CharCNNEncoder(options)
+        self.layers = nn.ModuleList(
+            BiProjectedLSTMLayer(
+                options.projection_dim,
+                options.lstm_dim,
+                options.projection_dim,
+                options.cell_clip,
+                options.proj_clip,
+            )
+            for _ in range(options.n_layers)
+        )
+        self.stateful = stateful
+        self._states: Optional[List[State]] = None
+
+    # ------------------------------------------------------------------ info
+    @property
+    def num_layers(self) -> int:
+        """Number of output layers, L+1."""
+        return self.options.n_layers + 1
+
+    @property
+    def output_dim(self) -> int:
+        return self.options.output_dim
+
+    @property
+    def device(self) -> torch.device:
+        return self.token_encoder.char_embedding.weight.device
+
+    # ------------------------------------------------------------ weights io
+    @classmethod
+    def from_hdf5(cls, weights_path: PathLike, options_path: PathLike, **kwargs) -> "BiLM":
+        """Load a biLM in the published bilm-tf/AllenNLP format."""
+        from .weights import load_hdf5
+
+        model = cls(BiLMOptions.from_file(options_path), **kwargs)
+        load_hdf5(model, weights_path)
+        return model
+
+    def to_hdf5(self, weights_path: PathLike, options_path: PathLike) -> None:
+        """Export to the published format (weights hdf5 + options JSON)."""
+        from .weights import save_hdf5
+
+        save_hdf5(self, weights_path)
+        self.options.to_file(options_path)
+
+    # ----------------------------------------------------------------- state
+    def reset_states(self) -> None:
+        """Forget the carried LSTM state (stateful mode only)."""
+        self._states = None
+
+    def _initial_states(self, order: torch.Tensor, like: torch.Tensor) -> Optional[List[State]]:
+        if not self.stateful or self._states is None:
+            return None
+        batch = order.shape[0]
+        states = []
+        for (h, c) in self._states:
+            if h.shape[1] < batch:
+                pad = batch - h.shape[1]
+                h = nn.functional.pad(h, (0, 0, 0, pad))
+                c = nn.functional.pad(c, (0, 0, 0, pad))
+            states.append((h[:, order].to(like.dtype), c[:, order].to(like.dtype)))
+        return states
+
+    def _store_states(self, order: torch.Tensor, finals: List[State]) -> None:
+        batch = order.shape[0]
+        stored = []
+        for layer, (h, c) in enumerate(finals):
+            if self._states is not None and self._states[layer][0].shape[1] > batch:
+                new_h, new_c = (s.clone() for s in self._states[layer])
+            else:
+                new_h, new_c = torch.zeros_like(h), torch.zeros_like(c)
+            new_h[:, order] = h.detach()
+            new_c[:, order] = c.detach()
+            stored.append((new_h, new_c))
+        self._states = stored
+
+    # --------------------------------------------------------------- forward
+    def forward(self, char_ids: torch.Tensor) -> BiLMOutput:
+        if char_ids.dim() != 3:
+            raise ValueError(f"char_ids must be (batch, tokens, chars), found shape {tuple(char_ids.shape)}")
+        mask = (char_ids > 0).any(dim=-1)
+        lengths = mask.sum(dim=1)
+        batch, n_steps = mask.shape
+        # Sort rows longest first, so each step works on a prefix of the batch.
+        order = torch.argsort(lengths, descending=True, stable=True)
+        sorted_lengths = lengths[order]
+        lengths_list = sorted_lengths.tolist()
+        n_steps = int(lengths_list[0]) if batch else 0
+        sorted_ids = char_ids[order, :n_steps]
+
+        tokens = self.token_encoder(sorted_ids) * mask[order, :n_steps].unsqueeze(-1)
+        rev = reverse_index(sorted_lengths, n_steps)
+        backward_tokens = tokens.gather(1, rev.unsqueeze(-1).expand_as(tokens))
+        # (2, T, B, dim), time-major for the recurrence.
+        x = torch.stack([tokens, backward_tokens]).transpose(1, 2)
+
+        states = self._initial_states(order, x)
+        finals = []
+        outputs = [torch.cat([tokens, tokens], dim=-1)]
+        for index, layer in enumerate(self.layers):
+            out, final = layer(x, lengths_list, None if states is None else states[index])
+            finals.append(final)
+            if index > 0 and self.options.use_skip_connections:
+                out = out + x
+            x = out
+            by_batch = out.transpose(1, 2)  # (2, B, T, dim)
+            backward = by_batch[1].gather(1, rev.unsqueeze(-1).expand_as(by_batch[1]))
+            outputs.append(torch.cat([by_batch[0], backward], dim=-1))
+        if self.stateful:
+            self._store_states(order, finals)
+
+        unsort = torch.empty_like(order)
+        unsort[order] = torch.arange(batch, device=order.device)
+        full = char_ids.shape[1]
+        layers = []
+        for layer_out in outputs:
+            layer_out = layer_out[unsort]
+            if layer_out.shape[1] < full:
+                layer_out = nn.functional.pad(layer_out, (0, 0, 0, full - layer_out.shape[1]))
+            layers.append(layer_out)
+        return BiLMOutput(layers=layers, mask=mask)
+
+    # ------------------------------------------------------------ sentences
+    def embed_sentences(
+        self, sentences: Sequence[Sequence[str]], batch_size: int = 64
+    ) -> List[numpy.ndarray]:
+        """Embed tokenised sentences.
+
+        Returns one float32 array per sentence, shape (L+1, n_tokens,
+        2*projection_dim), sentence boundaries removed. Sentences are batched
+        by length (``batch_size`` sentences at most); in stateful mode they are
+        batched in the given order instead, since the carried state follows
+        the row.
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, found {batch_size}")
+        sentences = [list(s) for s in sentences]
+        results: List[Optional[numpy.ndarray]] = [None] * len(sentences)
+        if self.stateful:
+            order = list(range(len(sentences)))
+        else:
+            order = sorted((i for i, s in enumerate(sentences) if s), key=lambda i: len(sentences[i]))
+        device = self.device
+        with torch.inference_mode():
+            for start in range(0, len(order), batch_size):
+                rows = order[start : start + batch_size]
+                char_ids, _ = batch_to_char_ids(
+                    [sentences[i] for i in rows], self.options.max_characters_per_token
+                )
+                output = self(torch.from_numpy(char_ids).to(device))
+                stacked = torch.stack(output.layers, dim=1).float().cpu().numpy()
+                for row, index in enumerate(rows):
+                    n = len(sentences[index])
+                    results[index] = numpy.ascontiguousarray(stacked[row, :, 1 : n + 1])
+        empty = numpy.zeros((self.num_layers, 0, self.output_dim), dtype=numpy.float32)
+        return [empty.copy() if r is None else r for r in results]

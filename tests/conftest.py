@@ -1,0 +1,66 @@
+import json
+from pathlib import Path
+
+import h5py
+import numpy
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PARITY = FIXTURES / "elmo-parity"
+ALLENNLP = FIXTURES / "allennlp_elmo"
+
+
+@pytest.fixture(scope="session")
+def parity_paths():
+    return PARITY / "weights.hdf5", PARITY / "options.json"
+
+
+@pytest.fixture(scope="session")
+def parity_reference():
+    return dict(numpy.load(PARITY / "reference.npz"))
+
+
+@pytest.fixture(scope="session")
+def parity_sentences():
+    return json.loads((PARITY / "sentences.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="session")
+def allennlp_paths():
+    return ALLENNLP / "lm_weights.hdf5", ALLENNLP / "options.json"
+
+
+@pytest.fixture(scope="session")
+def allennlp_batches():
+    """Ten batches of three sentences and the expected top layer of each row."""
+    rows = json.loads((ALLENNLP / "sentences.json").read_text(encoding="utf-8"))
+    expected = []
+    for k in range(len(rows)):
+        with h5py.File(ALLENNLP / f"lm_embeddings_{k}.hdf5", "r") as fin:
+            expected.append([numpy.concatenate([fin[str(i)][0], fin[str(i)][1]], -1) for i in range(10)])
+    return [
+        ([rows[k][i].split() for k in range(3)], [expected[k][i] for k in range(3)]) for i in range(10)
+    ]
+
+
+def small_options(**changes):
+    """A tiny but complete options dict in the published format."""
+    options = {
+        "lstm": {"use_skip_connections": True, "projection_dim": 8, "cell_clip": 3, "proj_clip": 3, "dim": 16, "n_layers": 2},
+        "char_cnn": {
+            "activation": "relu",
+            "filters": [[1, 4], [2, 4], [3, 8]],
+            "n_highway": 1,
+            "embedding": {"dim": 4},
+            "n_characters": 262,
+            "max_characters_per_token": 50,
+        },
+    }
+    for path, value in changes.items():
+        block, key = path.split(".", 1)
+        if "." in key:
+            sub, key = key.split(".")
+            options[block][sub][key] = value
+        else:
+            options[block][key] = value
+    return options
