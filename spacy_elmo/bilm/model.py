@@ -39,6 +39,8 @@ class BiLM(nn.Module):
     L+1 layers: layer 0 is the token encoding duplicated, ``[x; x]``, and
     layer ``l`` is ``[forward_l; backward_l]``.
 
+    ``dropout`` (training mode only) drops units of every LSTM layer's input.
+
     Outputs are deterministic by default: every sentence starts from a zero
     LSTM state, so its vectors do not depend on its batch, its position,
     padding or earlier calls. ``stateful=True`` replays the reference
@@ -47,8 +49,18 @@ class BiLM(nn.Module):
     after :meth:`reset_states`). Use it only to reproduce reference outputs.
     """
 
-    def __init__(self, options: Union[BiLMOptions, Dict[str, Any]], stateful: bool = False) -> None:
+    def __init__(
+        self,
+        options: Union[BiLMOptions, Dict[str, Any]],
+        stateful: bool = False,
+        dropout: float = 0.0,
+    ) -> None:
         super().__init__()
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), found {dropout}")
+        #: Dropout on the input of every LSTM layer, in training mode only
+        #: (bilm-tf's DropoutWrapper on the cell inputs). Inference ignores it.
+        self.dropout = dropout
         if isinstance(options, dict):
             options = BiLMOptions.from_dict(options)
         self.options = options
@@ -152,7 +164,8 @@ class BiLM(nn.Module):
         finals = []
         outputs = [torch.cat([tokens, tokens], dim=-1)]
         for index, layer in enumerate(self.layers):
-            out, final = layer(x, lengths_list, None if states is None else states[index])
+            layer_in = nn.functional.dropout(x, self.dropout, self.training) if self.dropout else x
+            out, final = layer(layer_in, lengths_list, None if states is None else states[index])
             finals.append(final)
             if index > 0 and self.options.use_skip_connections:
                 out = out + x
