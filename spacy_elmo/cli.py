@@ -40,5 +40,29 @@ def embed(
         typer.echo(f"{i}\t{array.shape}\t{' '.join(sentence)[:60]}\t|v|: {norms[:80]}")
 
 
+@app.command()
+def benchmark(
+    shapes: str = typer.Option("small,medium,original", help="Comma-separated published shapes"),
+    sentences: int = typer.Option(256, help="Number of sentences (5-40 tokens each)"),
+    batch_size: int = typer.Option(64, help="Sentences per batch"),
+    fast: bool = typer.Option(True, help="Also time the bf16 fast path"),
+    device: str = typer.Option("cpu", help="cpu or cuda"),
+    threads: Optional[int] = typer.Option(None, help="torch threads (default: torch's choice)"),
+    output: Optional[Path] = typer.Option(None, help="Write the rows as JSON here"),
+) -> None:
+    """Embedding speed on random weights of the published shapes, with the matmul peak."""
+    import json
+
+    import torch
+
+    from .benchmark import run
+
+    if threads:
+        torch.set_num_threads(threads)
+    rows = run([s.strip() for s in shapes.split(",") if s.strip()], sentences, batch_size, fast, device, echo=typer.echo)
+    if output:
+        output.write_text(json.dumps(rows, indent=2))
+
+
 def main() -> None:
     app()

@@ -64,7 +64,11 @@ class BiProjectedLSTMLayer(nn.Module):
         return h, c
 
     def forward(
-        self, inputs: torch.Tensor, lengths: List[int], state: Optional[State] = None
+        self,
+        inputs: torch.Tensor,
+        lengths: List[int],
+        state: Optional[State] = None,
+        compute_dtype: Optional[torch.dtype] = None,
     ) -> Tuple[torch.Tensor, State]:
         """Run both directions.
 
@@ -73,42 +77,86 @@ class BiProjectedLSTMLayer(nn.Module):
         descending. Returns outputs (2, T, B, projection_dim) (zero past each
         row's length) and the final state of every row (its state after its
         last real step).
+
+        ``compute_dtype`` (e.g. bfloat16, inference only) runs the matrix
+        products in that dtype; the cell state and the outputs stay in the
+        input's dtype.
         """
         n_dir, n_steps, batch, _ = inputs.shape
         if state is None:
             state = self.zero_state(batch, inputs)
-        h, c = state
         bias = self.bias + self.forget_offset
+        dtype = compute_dtype or inputs.dtype
         # All input projections at once: (2, T*B, in) x (2, in, 4C).
         xw = torch.baddbmm(
-            bias.unsqueeze(1), inputs.reshape(n_dir, n_steps * batch, -1), self.weight_ih.transpose(1, 2)
+            bias.unsqueeze(1).to(dtype),
+            inputs.reshape(n_dir, n_steps * batch, -1).to(dtype),
+            self.weight_ih.transpose(1, 2).to(dtype),
         ).view(n_dir, n_steps, batch, -1)
+        n_active = [sum(1 for length in lengths if length > t) for t in range(n_steps)]
+        if torch.is_grad_enabled():
+            return self._recur_autograd(xw, n_active, state)
+        return self._recur_inplace(xw, n_active, state, inputs.dtype)
+
+    def _cell(self, gates: torch.Tensor, c_prev: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        i, f, g, o = gates.chunk(4, dim=-1)
+        c = torch.sigmoid(f) * c_prev + torch.sigmoid(i) * torch.tanh(g)
+        if self.cell_clip is not None:
+            c = c.clamp(-self.cell_clip, self.cell_clip)
+        h = torch.bmm(torch.sigmoid(o) * torch.tanh(c), self.weight_proj.transpose(1, 2))
+        if self.proj_clip is not None:
+            h = h.clamp(-self.proj_clip, self.proj_clip)
+        return h, c
+
+    def _recur_autograd(self, xw: torch.Tensor, n_active: List[int], state: State) -> Tuple[torch.Tensor, State]:
+        """Differentiable recurrence: no in-place writes to saved tensors."""
+        h, c = state
+        batch = h.shape[1]
         w_hh = self.weight_hh.transpose(1, 2)
-        w_proj = self.weight_proj.transpose(1, 2)
         outputs = []
-        n_active = batch
-        for t in range(n_steps):
-            while n_active > 0 and lengths[n_active - 1] <= t:
-                n_active -= 1
-            if n_active == 0:
+        for t, n in enumerate(n_active):
+            if n == 0:
                 break
-            h_prev = h[:, :n_active]
-            gates = torch.baddbmm(xw[:, t, :n_active], h_prev, w_hh)
-            i, f, g, o = gates.chunk(4, dim=-1)
-            c_new = torch.sigmoid(f) * c[:, :n_active] + torch.sigmoid(i) * torch.tanh(g)
-            if self.cell_clip is not None:
-                c_new = c_new.clamp(-self.cell_clip, self.cell_clip)
-            h_new = torch.bmm(torch.sigmoid(o) * torch.tanh(c_new), w_proj)
-            if self.proj_clip is not None:
-                h_new = h_new.clamp(-self.proj_clip, self.proj_clip)
-            if n_active < batch:
-                h = torch.cat([h_new, h[:, n_active:]], dim=1)
-                c = torch.cat([c_new, c[:, n_active:]], dim=1)
-                h_new = nn.functional.pad(h_new, (0, 0, 0, batch - n_active))
+            h_new, c_new = self._cell(torch.baddbmm(xw[:, t, :n], h[:, :n], w_hh), c[:, :n])
+            if n < batch:
+                h = torch.cat([h_new, h[:, n:]], dim=1)
+                c = torch.cat([c_new, c[:, n:]], dim=1)
+                h_new = nn.functional.pad(h_new, (0, 0, 0, batch - n))
             else:
                 h, c = h_new, c_new
             outputs.append(h_new)
-        out = inputs.new_zeros(n_dir, n_steps, batch, self.projection_dim)
+        out = xw.new_zeros(xw.shape[0], xw.shape[1], batch, self.projection_dim)
         if outputs:
             out[:, : len(outputs)] = torch.stack(outputs, dim=1)
+        return out, (h, c)
+
+    def _recur_inplace(
+        self, xw: torch.Tensor, n_active: List[int], state: State, out_dtype: torch.dtype
+    ) -> Tuple[torch.Tensor, State]:
+        """The same computation without autograd: state updated in place,
+        gates activated in place, outputs written straight into place."""
+        dtype = xw.dtype
+        h = state[0].to(dtype, copy=True)
+        c = state[1].to(out_dtype, copy=True)
+        C = self.cell_dim
+        w_hh = self.weight_hh.transpose(1, 2).to(dtype)
+        w_proj = self.weight_proj.transpose(1, 2).to(dtype)
+        out = xw.new_zeros(xw.shape[0], xw.shape[1], h.shape[1], self.projection_dim, dtype=out_dtype)
+        for t, n in enumerate(n_active):
+            if n == 0:
+                break
+            gates = torch.baddbmm(xw[:, t, :n], h[:, :n], w_hh)
+            gates[..., : 2 * C].sigmoid_()
+            gates[..., 2 * C : 3 * C].tanh_()
+            gates[..., 3 * C :].sigmoid_()
+            i, f, g, o = gates.chunk(4, dim=-1)
+            c_t = c[:, :n]
+            c_t.mul_(f).addcmul_(i, g)
+            if self.cell_clip is not None:
+                c_t.clamp_(-self.cell_clip, self.cell_clip)
+            h_t = torch.bmm(torch.tanh(c_t).mul_(o).to(dtype), w_proj)
+            if self.proj_clip is not None:
+                h_t.clamp_(-self.proj_clip, self.proj_clip)
+            h[:, :n] = h_t
+            out[:, t, :n] = h_t
         return out, (h, c)

@@ -10,6 +10,7 @@ from torch import nn
 from .chars import batch_to_char_ids
 from .lstm import BiProjectedLSTMLayer, State
 from .options import BiLMOptions
+from .token_cache import TokenCache
 from .token_encoder import CharCNNEncoder
 
 PathLike = Union[str, Path]
@@ -54,6 +55,7 @@ class BiLM(nn.Module):
         options: Union[BiLMOptions, Dict[str, Any]],
         stateful: bool = False,
         dropout: float = 0.0,
+        token_cache_size: int = 50_000,
     ) -> None:
         super().__init__()
         if not 0.0 <= dropout < 1.0:
@@ -76,9 +78,35 @@ class BiLM(nn.Module):
             for _ in range(options.n_layers)
         )
         self.stateful = stateful
+        #: Word-type cache of token encodings, used in inference only; see
+        #: :mod:`spacy_elmo.bilm.token_cache`. ``token_cache.max_size = 0`` disables it.
+        self.token_cache = TokenCache(token_cache_size)
+        self.precision = "fp32"
         self._states: Optional[List[State]] = None
 
     # ------------------------------------------------------------------ info
+    PRECISIONS = ("fp32", "bf16")
+
+    @property
+    def precision(self) -> str:
+        """``"fp32"`` (exact, the default) or ``"bf16"``: an opt-in fast path for
+        inference that runs the matrix products in bfloat16 (fp32 cell state
+        and outputs). Its deviation from the exact path is reported by
+        ``python -m spacy_elmo benchmark``. Training ignores it (use autocast)."""
+        return self._precision
+
+    @precision.setter
+    def precision(self, value: str) -> None:
+        if value not in self.PRECISIONS:
+            raise ValueError(f"precision must be one of {self.PRECISIONS}, found {value!r}")
+        self._precision = value
+
+    @property
+    def _compute_dtype(self) -> Optional[torch.dtype]:
+        if self._precision == "bf16" and not torch.is_grad_enabled():
+            return torch.bfloat16
+        return None
+
     @property
     def num_layers(self) -> int:
         """Number of output layers, L+1."""
@@ -141,6 +169,31 @@ class BiLM(nn.Module):
         self._states = stored
 
     # --------------------------------------------------------------- forward
+    def encode_tokens(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """Token encodings (..., projection_dim) of char ids (..., max_chars).
+
+        Each distinct token is encoded once per call (exact: the encoder is
+        context-free); in inference the word-type cache also serves tokens
+        seen in earlier calls.
+        """
+        lead = char_ids.shape[:-1]
+        flat = char_ids.reshape(-1, char_ids.shape[-1])
+        if flat.shape[0] == 0:
+            return self.token_encoder(char_ids)
+        unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
+        use_cache = (
+            self.token_cache.max_size > 0 and not self.training and not torch.is_grad_enabled()
+        )
+        dtype = self._compute_dtype
+        with torch.autocast(unique.device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            if use_cache:
+                self.token_cache.check(self.token_encoder, self._precision)
+                encoded = self.token_cache.encode(self.token_encoder, unique)
+            else:
+                encoded = self.token_encoder(unique)
+        weight = self.token_encoder.char_embedding.weight
+        return encoded.to(weight.dtype).index_select(0, inverse).reshape(*lead, -1)
+
     def forward(self, char_ids: torch.Tensor) -> BiLMOutput:
         if char_ids.dim() != 3:
             raise ValueError(f"char_ids must be (batch, tokens, chars), found shape {tuple(char_ids.shape)}")
@@ -154,7 +207,7 @@ class BiLM(nn.Module):
         n_steps = int(lengths_list[0]) if batch else 0
         sorted_ids = char_ids[order, :n_steps]
 
-        tokens = self.token_encoder(sorted_ids) * mask[order, :n_steps].unsqueeze(-1)
+        tokens = self.encode_tokens(sorted_ids) * mask[order, :n_steps].unsqueeze(-1)
         rev = reverse_index(sorted_lengths, n_steps)
         backward_tokens = tokens.gather(1, rev.unsqueeze(-1).expand_as(tokens))
         # (2, T, B, dim), time-major for the recurrence.
@@ -165,7 +218,8 @@ class BiLM(nn.Module):
         outputs = [torch.cat([tokens, tokens], dim=-1)]
         for index, layer in enumerate(self.layers):
             layer_in = nn.functional.dropout(x, self.dropout, self.training) if self.dropout else x
-            out, final = layer(layer_in, lengths_list, None if states is None else states[index])
+            state = None if states is None else states[index]
+            out, final = layer(layer_in, lengths_list, state, self._compute_dtype)
             finals.append(final)
             if index > 0 and self.options.use_skip_connections:
                 out = out + x

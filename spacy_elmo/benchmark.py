@@ -1,0 +1,178 @@
+"""Speed benchmark of the biLM on the published shapes (``python -m spacy_elmo benchmark``).
+
+In one run: measure this machine's fp32 (and bf16) matmul peak, make random
+weights of each published shape, embed a fixed sentence set and print
+tokens/s, achieved GFLOP/s and the ratio to the measured fp32 peak, for
+
+* ``exact (cold)``: a fresh model, empty word-type cache (token types are
+  still encoded once per call);
+* ``exact (warm)``: the same sentences again, cache filled (steady state);
+* ``bf16``: the opt-in fast path, with its largest deviation from the exact
+  outputs.
+
+FLOPs are the model's nominal cost per position (char-CNN over all 50 chars,
+highway, projection, both LSTM directions; multiply-add = 2 FLOPs) times the
+positions the biLM processes (tokens plus the two sentence boundaries). Work
+that the exact shortcuts avoid (cache hits, padding windows, repeated types)
+is counted as done, so GFLOP/s is "effective" for those rows.
+"""
+import platform
+import time
+from typing import Dict, List, Optional, Sequence
+
+import numpy
+import torch
+
+from .bilm import BiLM, BiLMOptions
+
+_CNN = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
+
+#: The three published shapes (bilm-tf / AllenNLP), with the reference
+#: implementation's tokens/s on this machine kind as given in issue #5
+#: (2 cores, torch 2.13 CPU, 256 sentences of 5-40 tokens, batch 32).
+PUBLISHED: Dict[str, Dict] = {
+    "small": {"lstm": (1024, 128), "n_highway": 1, "reference_tokens_per_s": 674},
+    "medium": {"lstm": (2048, 256), "n_highway": 1, "reference_tokens_per_s": 482},
+    "original": {"lstm": (4096, 512), "n_highway": 2, "reference_tokens_per_s": 216},
+}
+
+
+def published_options(name: str) -> BiLMOptions:
+    """Options of a published shape: ``small``, ``medium`` or ``original``."""
+    shape = PUBLISHED[name]
+    dim, proj = shape["lstm"]
+    return BiLMOptions.from_dict(
+        {
+            "lstm": {"dim": dim, "projection_dim": proj, "n_layers": 2, "cell_clip": 3, "proj_clip": 3, "use_skip_connections": True},
+            "char_cnn": {
+                "filters": _CNN,
+                "n_highway": shape["n_highway"],
+                "embedding": {"dim": 16},
+                "activation": "relu",
+                "n_characters": 262,
+                "max_characters_per_token": 50,
+            },
+        }
+    )
+
+
+def flops_per_position(options: BiLMOptions) -> int:
+    """Nominal FLOPs the biLM spends on one position (token or boundary)."""
+    o = options
+    macs = sum((o.max_characters_per_token - w + 1) * w * o.char_embedding_dim * n for w, n in o.filters)
+    macs += o.n_highway * o.n_filters * 2 * o.n_filters
+    if o.has_projection:
+        macs += o.n_filters * o.projection_dim
+    per_direction_layer = o.projection_dim * 4 * o.lstm_dim * 2 + o.lstm_dim * o.projection_dim
+    macs += 2 * o.n_layers * per_direction_layer
+    return 2 * macs
+
+
+def make_sentences(n: int = 256, min_len: int = 5, max_len: int = 40, seed: int = 0, vocab_size: int = 20_000) -> List[List[str]]:
+    """A fixed, reproducible sentence set: Zipf-distributed word types of
+    2-14 random letters (capitalised sometimes, punctuation among them), so
+    that type/token statistics resemble running text."""
+    rng = numpy.random.default_rng(seed)
+    letters = numpy.array(list("etaoinshrdlcumwfgypbvkjxqz"))
+    weights = 1.0 / numpy.arange(1, 27)
+    weights /= weights.sum()
+    vocab = [".", ",", "the", "of", "and", "to", "a", "in"]
+    while len(vocab) < vocab_size:
+        word = "".join(rng.choice(letters, size=int(rng.integers(2, 15)), p=weights))
+        vocab.append(word.capitalize() if rng.random() < 0.1 else word)
+    p = 1.0 / numpy.arange(1, vocab_size + 1)
+    p /= p.sum()
+    return [
+        [vocab[i] for i in rng.choice(vocab_size, size=int(rng.integers(min_len, max_len + 1)), p=p)]
+        for _ in range(n)
+    ]
+
+
+def matmul_peak(dtype: torch.dtype = torch.float32, size: int = 2048, repeats: int = 10) -> float:
+    """GFLOP/s of a square matrix product on this machine."""
+    a = torch.randn(size, size).to(dtype)
+    b = torch.randn(size, size).to(dtype)
+    with torch.inference_mode():
+        a @ b
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            for _ in range(repeats):
+                a @ b
+            best = min(best, (time.perf_counter() - start) / repeats)
+    return 2 * size ** 3 / best / 1e9
+
+
+def _timed(fn, repeats: int = 1):
+    best, result = float("inf"), None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def run(
+    shapes: Sequence[str] = ("small", "medium", "original"),
+    n_sentences: int = 256,
+    batch_size: int = 64,
+    fast: bool = True,
+    device: str = "cpu",
+    seed: int = 0,
+    echo=print,
+) -> List[Dict]:
+    torch.manual_seed(seed)
+    sentences = make_sentences(n_sentences, seed=seed)
+    n_tokens = sum(len(s) for s in sentences)
+    positions = n_tokens + 2 * len(sentences)
+    types = len({t for s in sentences for t in s})
+    peak32 = matmul_peak(torch.float32)
+    peak16 = matmul_peak(torch.bfloat16)
+    echo(
+        f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, device {device}"
+    )
+    echo(f"matmul peak (2048^3): fp32 {peak32:.0f} GFLOP/s, bf16 {peak16:.0f} GFLOP/s")
+    echo(f"sentences: {len(sentences)} ({n_tokens} tokens, {types} types), batch_size {batch_size}")
+    echo("")
+    header = f"{'shape':<9} {'path':<14} {'tokens/s':>9} {'x ref':>6} {'GFLOP/s':>8} {'% fp32 peak':>11} {'max |diff|':>10}"
+    echo(header)
+    echo("-" * len(header))
+    rows = []
+    for name in shapes:
+        options = published_options(name)
+        flops = flops_per_position(options)
+        ref = PUBLISHED[name]["reference_tokens_per_s"]
+        model = BiLM(options).eval().to(device)
+
+        def report(path: str, seconds: float, diff: Optional[float] = None) -> None:
+            tps = n_tokens / seconds
+            gflops = positions * flops / seconds / 1e9
+            row = {
+                "shape": name,
+                "path": path,
+                "tokens_per_s": tps,
+                "x_reference": tps / ref,
+                "gflops": gflops,
+                "fraction_of_fp32_peak": gflops / peak32,
+                "max_abs_diff": diff,
+            }
+            rows.append(row)
+            d = "" if diff is None else f"{diff:.2e}"
+            echo(f"{name:<9} {path:<14} {tps:9.0f} {tps / ref:6.1f} {gflops:8.1f} {100 * gflops / peak32:10.0f}% {d:>10}")
+
+        model.embed_sentences(sentences[:4], batch_size=batch_size)  # warm up kernels
+        model.token_cache.clear()
+        seconds, exact = _timed(lambda: model.embed_sentences(sentences, batch_size=batch_size))
+        report("exact (cold)", seconds)
+        seconds, warm = _timed(lambda: model.embed_sentences(sentences, batch_size=batch_size), repeats=2)
+        report("exact (warm)", seconds, max(float(numpy.abs(a - b).max()) for a, b in zip(exact, warm)))
+        if fast:
+            model.precision = "bf16"
+            model.token_cache.clear()
+            seconds, approx = _timed(lambda: model.embed_sentences(sentences, batch_size=batch_size))
+            report("bf16 (cold)", seconds, max(float(numpy.abs(a - b).max()) for a, b in zip(exact, approx)))
+            seconds, _ = _timed(lambda: model.embed_sentences(sentences, batch_size=batch_size), repeats=2)
+            report("bf16 (warm)", seconds)
+            model.precision = "fp32"
+        del model
+    return rows

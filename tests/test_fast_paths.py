@@ -1,0 +1,127 @@
+"""The speed shortcuts are exact (or, for bf16, close) and safe."""
+import numpy
+import pytest
+import torch
+from torch.nn import functional as F
+
+from spacy_elmo import BiLM
+from spacy_elmo.bilm.chars import batch_to_char_ids
+from conftest import small_options
+
+SENTENCES = [
+    ["The", "bank", "of", "the", "river", "."],
+    ["a"] * 9 + ["x" * 47, "y" * 48, "z" * 49, "w" * 70],
+    ["Ünïcødé", "🙂", "\u200b", "東京", "\x07", ""],
+]
+
+
+def random_model(seed=0, **changes):
+    torch.manual_seed(seed)
+    model = BiLM(small_options(**changes)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.uniform_(-0.5, 0.5)
+        model.token_encoder.char_embedding.weight[0].zero_()
+    return model
+
+
+def plain_encoder(enc, char_ids):
+    """The textbook computation: Conv1d over all 50 chars, no shortcuts."""
+    flat = char_ids.reshape(-1, char_ids.shape[-1])
+    chars = enc.char_embedding(flat).transpose(1, 2)
+    pooled = [F.conv1d(chars, conv.weight, conv.bias).amax(-1) for conv in enc.convs]
+    x = enc.activation(torch.cat(pooled, -1))
+    for hw in enc.highways:
+        t, c = x @ hw.linear.weight[: x.shape[1]].T + hw.linear.bias[: x.shape[1]], x @ hw.linear.weight[x.shape[1]:].T + hw.linear.bias[x.shape[1]:]
+        gate = torch.sigmoid(c)
+        x = gate * torch.relu(t) + (1 - gate) * x
+    if enc.projection is not None:
+        x = enc.projection(x)
+    return x.reshape(*char_ids.shape[:-1], -1)
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_truncated_unfolded_encoder_equals_plain_convolution(activation):
+    model = random_model(**{"char_cnn.activation": activation, "char_cnn.filters": [[1, 4], [3, 8], [7, 8]]})
+    tokens = ["é" * (n // 2) + "q" * (n % 2) for n in range(0, 60)] + ["a" * n for n in range(60)]
+    ids, _ = batch_to_char_ids([tokens])
+    ids = torch.from_numpy(ids)
+    model.token_encoder.chunk_size = 7  # many chunks of different widths
+    with torch.no_grad():
+        numpy.testing.assert_allclose(
+            model.token_encoder(ids).numpy(), plain_encoder(model.token_encoder, ids).numpy(), atol=1e-5, rtol=0
+        )
+
+
+def test_autograd_and_inplace_recurrences_agree():
+    model = random_model()
+    ids, _ = batch_to_char_ids(SENTENCES)
+    ids = torch.from_numpy(ids)
+    with torch.no_grad():
+        fast = model(ids).layers
+    slow = model(ids).layers  # grad enabled: the differentiable path
+    assert slow[-1].requires_grad
+    for a, b in zip(fast, slow):
+        numpy.testing.assert_allclose(a.numpy(), b.detach().numpy(), atol=1e-5, rtol=0)
+
+
+def test_gradients_flow_to_every_parameter():
+    model = random_model().train()
+    ids, _ = batch_to_char_ids(SENTENCES)
+    out = model(torch.from_numpy(ids))
+    sum(layer.pow(2).sum() for layer in out.layers).backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_token_cache_is_used_and_exact():
+    model = random_model()
+    first = model.embed_sentences(SENTENCES)
+    assert len(model.token_cache) > 0 and model.token_cache.misses > 0
+    hits = model.token_cache.hits
+    second = model.embed_sentences(SENTENCES)
+    assert model.token_cache.hits > hits
+    for a, b in zip(first, second):
+        numpy.testing.assert_array_equal(a, b)
+    model.token_cache.max_size = 0
+    for a, b in zip(first, model.embed_sentences(SENTENCES)):
+        numpy.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
+
+
+def test_token_cache_empties_when_weights_change():
+    model = random_model()
+    before = model.embed_sentences(SENTENCES[:1])[0]
+    with torch.no_grad():
+        model.token_encoder.projection.bias.add_(1.0)  # an optimizer step does the same
+    after = model.embed_sentences(SENTENCES[:1])[0]
+    fresh = random_model()
+    with torch.no_grad():
+        fresh.token_encoder.projection.bias.add_(1.0)
+    numpy.testing.assert_allclose(after, fresh.embed_sentences(SENTENCES[:1])[0], atol=1e-6)
+    assert numpy.abs(after[0] - before[0]).max() > 0.5
+
+
+def test_token_cache_is_bounded_and_unused_in_training():
+    model = random_model()
+    model.token_cache.max_size = 5
+    model.embed_sentences([[f"w{i}" for i in range(40)]])
+    assert len(model.token_cache) == 5
+    model.token_cache.clear()
+    model.train()
+    ids, _ = batch_to_char_ids(SENTENCES)
+    model(torch.from_numpy(ids))
+    assert len(model.token_cache) == 0
+
+
+def test_bf16_fast_path_is_close_and_opt_in():
+    model = random_model()
+    exact = model.embed_sentences(SENTENCES)
+    model.precision = "bf16"
+    approx = model.embed_sentences(SENTENCES)
+    diff = max(float(numpy.abs(a - b).max()) for a, b in zip(exact, approx))
+    assert 0 < diff < 0.1
+    model.precision = "fp32"
+    for a, b in zip(exact, model.embed_sentences(SENTENCES)):
+        numpy.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        model.precision = "int4"
