@@ -4,6 +4,7 @@ from pathlib import Path
 import h5py
 import numpy
 import pytest
+import torch
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PARITY = FIXTURES / "elmo-parity"
@@ -64,3 +65,16 @@ def small_options(**changes):
         else:
             options[block][key] = value
     return options
+
+
+def random_model(seed=0, **changes):
+    """A small biLM (see ``small_options``) with weights uniform in [-0.5, 0.5]."""
+    from spacy_elmo import BiLM
+
+    torch.manual_seed(seed)
+    model = BiLM(small_options(**changes)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.uniform_(-0.5, 0.5)
+        model.token_encoder.char_embedding.weight[0].zero_()
+    return model

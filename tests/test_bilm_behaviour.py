@@ -4,17 +4,7 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM
-from conftest import small_options
-
-
-def random_model(seed=0, **changes):
-    torch.manual_seed(seed)
-    model = BiLM(small_options(**changes)).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.uniform_(-0.5, 0.5)
-        model.token_encoder.char_embedding.weight[0].zero_()
-    return model
+from conftest import random_model
 
 
 SENTENCES = [

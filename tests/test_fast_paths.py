@@ -4,25 +4,14 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from spacy_elmo import BiLM
 from spacy_elmo.bilm.chars import batch_to_char_ids
-from conftest import small_options
+from conftest import random_model
 
 SENTENCES = [
     ["The", "bank", "of", "the", "river", "."],
     ["a"] * 9 + ["x" * 47, "y" * 48, "z" * 49, "w" * 70],
     ["Ünïcødé", "🙂", "\u200b", "東京", "\x07", ""],
 ]
-
-
-def random_model(seed=0, **changes):
-    torch.manual_seed(seed)
-    model = BiLM(small_options(**changes)).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.uniform_(-0.5, 0.5)
-        model.token_encoder.char_embedding.weight[0].zero_()
-    return model
 
 
 def plain_encoder(enc, char_ids):
