@@ -88,6 +88,22 @@ def make_sentences(n: int = 256, min_len: int = 5, max_len: int = 40, seed: int 
     ]
 
 
+def sentences_from_text(path, n: int = 256, min_len: int = 5, max_len: int = 40) -> List[List[str]]:
+    """The first ``n`` lines of a text file (whitespace-tokenised, one
+    sentence a line) whose length lies in [min_len, max_len]."""
+    out = []
+    with open(path, encoding="utf-8") as fin:
+        for line in fin:
+            tokens = line.split()
+            if min_len <= len(tokens) <= max_len:
+                out.append(tokens)
+                if len(out) == n:
+                    break
+    if not out:
+        raise ValueError(f"{path}: no line of {min_len}-{max_len} tokens")
+    return out
+
+
 def matmul_peak(dtype: torch.dtype = torch.float32, size: int = 2048, repeats: int = 10) -> float:
     """GFLOP/s of a square matrix product on this machine."""
     a = torch.randn(size, size).to(dtype)
@@ -120,9 +136,10 @@ def run(
     device: str = "cpu",
     seed: int = 0,
     echo=print,
+    text: Optional[str] = None,
 ) -> List[Dict]:
     torch.manual_seed(seed)
-    sentences = make_sentences(n_sentences, seed=seed)
+    sentences = sentences_from_text(text, n_sentences) if text else make_sentences(n_sentences, seed=seed)
     n_tokens = sum(len(s) for s in sentences)
     positions = n_tokens + 2 * len(sentences)
     types = len({t for s in sentences for t in s})
@@ -132,7 +149,8 @@ def run(
         f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, device {device}"
     )
     echo(f"matmul peak (2048^3): fp32 {peak32:.0f} GFLOP/s, bf16 {peak16:.0f} GFLOP/s")
-    echo(f"sentences: {len(sentences)} ({n_tokens} tokens, {types} types), batch_size {batch_size}")
+    source = text or "synthetic Zipf text"
+    echo(f"sentences: {len(sentences)} from {source} ({n_tokens} tokens, {types} types), batch_size {batch_size}")
     echo("")
     header = f"{'shape':<9} {'path':<14} {'tokens/s':>9} {'x ref':>6} {'GFLOP/s':>8} {'% fp32 peak':>11} {'max |diff|':>10}"
     echo(header)

@@ -49,6 +49,7 @@ def benchmark(
     device: str = typer.Option("cpu", help="cpu or cuda"),
     threads: Optional[int] = typer.Option(None, help="torch threads (default: torch's choice)"),
     output: Optional[Path] = typer.Option(None, help="Write the rows as JSON here"),
+    text: Optional[Path] = typer.Option(None, help="Take the sentences from this file (one a line, 5-40 tokens) instead of synthetic text"),
 ) -> None:
     """Embedding speed on random weights of the published shapes, with the matmul peak."""
     import json
@@ -59,7 +60,7 @@ def benchmark(
 
     if threads:
         torch.set_num_threads(threads)
-    rows = run([s.strip() for s in shapes.split(",") if s.strip()], sentences, batch_size, fast, device, echo=typer.echo)
+    rows = run([s.strip() for s in shapes.split(",") if s.strip()], sentences, batch_size, fast, device, echo=typer.echo, text=str(text) if text else None)
     if output:
         output.write_text(json.dumps(rows, indent=2))
 
