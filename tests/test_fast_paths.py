@@ -114,3 +114,19 @@ def test_bf16_fast_path_is_close_and_opt_in():
         numpy.testing.assert_array_equal(a, b)
     with pytest.raises(ValueError, match="precision must be one of"):
         model.precision = "int4"
+
+
+def test_fused_kernel_for_unclipped_models_equals_our_recurrence():
+    model = random_model(**{"lstm.cell_clip": None, "lstm.proj_clip": None})
+    ids, _ = batch_to_char_ids(SENTENCES)
+    ids = torch.from_numpy(ids)
+    with torch.no_grad():
+        assert model.layers[0].use_fused_kernel([3, 2], None)
+        fused = model(ids).layers
+        model.layers[0].use_fused_kernel = lambda *a: False
+        model.layers[1].use_fused_kernel = lambda *a: False
+        ours = model(ids).layers
+    for a, b in zip(fused, ours):
+        numpy.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, rtol=0)
+        # Clipped models (all published ones) never take it.
+        assert not random_model().layers[0].use_fused_kernel([3, 2], None)

@@ -85,6 +85,8 @@ class BiProjectedLSTMLayer(nn.Module):
         n_dir, n_steps, batch, _ = inputs.shape
         if state is None:
             state = self.zero_state(batch, inputs)
+        if self.use_fused_kernel(lengths, compute_dtype):
+            return self._recur_fused(inputs, lengths, state)
         bias = self.bias + self.forget_offset
         dtype = compute_dtype or inputs.dtype
         # All input projections at once: (2, T*B, in) x (2, in, 4C).
@@ -97,6 +99,37 @@ class BiProjectedLSTMLayer(nn.Module):
         if torch.is_grad_enabled():
             return self._recur_autograd(xw, n_active, state)
         return self._recur_inplace(xw, n_active, state, inputs.dtype)
+
+    def use_fused_kernel(self, lengths: List[int], compute_dtype: Optional[torch.dtype]) -> bool:
+        """PyTorch's own LSTM kernel (``torch.lstm`` with a projection) computes
+        the same function when nothing is clipped; it cannot clip, so models
+        with ``cell_clip``/``proj_clip`` (every published ELMo) never use it."""
+        return (
+            self.cell_clip is None
+            and self.proj_clip is None
+            and compute_dtype is None
+            and not torch.is_grad_enabled()
+            and len(lengths) > 0
+            and lengths[-1] > 0
+        )
+
+    def _recur_fused(self, inputs: torch.Tensor, lengths: List[int], state: State) -> Tuple[torch.Tensor, State]:
+        batch_sizes = torch.tensor([sum(1 for n in lengths if n > t) for t in range(lengths[0])])
+        bias = self.bias + self.forget_offset
+        no_bias = torch.zeros_like(bias[0])
+        outputs, hs, cs = [], [], []
+        for d in range(2):
+            packed = nn.utils.rnn.pack_padded_sequence(inputs[d], torch.tensor(lengths))
+            params = [self.weight_ih[d], self.weight_hh[d], bias[d], no_bias, self.weight_proj[d]]
+            hx = (state[0][d : d + 1], state[1][d : d + 1])
+            out, h, c = torch.lstm(packed.data, batch_sizes, hx, params, True, 1, 0.0, False, False)
+            padded, _ = nn.utils.rnn.pad_packed_sequence(
+                nn.utils.rnn.PackedSequence(out, batch_sizes), total_length=inputs.shape[1]
+            )
+            outputs.append(padded)
+            hs.append(h)
+            cs.append(c)
+        return torch.stack(outputs), (torch.cat(hs), torch.cat(cs))
 
     def _cell(self, gates: torch.Tensor, c_prev: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         i, f, g, o = gates.chunk(4, dim=-1)
