@@ -1,0 +1,86 @@
+"""Memory of the `elmo` component: bytes per token on Doc._.elmo for each
+storage option, and peak RSS for N docs streamed through ``nlp.pipe``.
+
+    python benchmarks/pipeline_memory.py bytes --text project/corpus/brown/test.txt
+    python benchmarks/pipeline_memory.py rss --text project/corpus/brown/test.txt --docs 10000
+
+The biLM has random weights of a published shape (``--shape``, default
+``original``: dim 2*512, 3 layers); memory does not depend on the values.
+``rss`` runs the default storage (all layers, float32), keeps no Doc, and
+reads the process's peak resident set (VmHWM) and current RSS from /proc.
+"""
+import time
+from pathlib import Path
+from typing import Iterator
+
+import typer
+
+app = typer.Typer(add_completion=False)
+
+
+def _texts(path: Path, n: int) -> Iterator[str]:
+    count = 0
+    while count < n:  # cycle through the file if it has fewer lines
+        with path.open(encoding="utf-8") as fin:
+            for line in fin:
+                if line.strip():
+                    yield line.strip()
+                    count += 1
+                    if count == n:
+                        return
+
+
+def _status(field: str) -> int:
+    """A /proc/self/status field in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def _nlp(shape: str, config: dict):
+    import spacy
+
+    import spacy_elmo
+    from spacy_elmo.benchmark import published_options
+
+    nlp = spacy.blank("en")
+    spacy_elmo.add_elmo(nlp, bilm=spacy_elmo.BiLM(published_options(shape)).eval(), config=config)
+    return nlp
+
+
+@app.command()
+def bytes(text: Path = typer.Option(...), shape: str = "original", docs: int = 200) -> None:
+    """Bytes per token on Doc._.elmo for each storage option."""
+    typer.echo(f"{'store_layers':>12} {'dtype':>8} {'bytes/token':>12}")
+    for store_layers in (True, False):
+        for dtype in ("float32", "float16"):
+            nlp = _nlp(shape, {"store_layers": store_layers, "dtype": dtype})
+            n_bytes = n_tokens = 0
+            for doc in nlp.pipe(_texts(text, docs), batch_size=64):
+                n_bytes += doc._.elmo.nbytes
+                n_tokens += len(doc)
+            typer.echo(f"{str(store_layers):>12} {dtype:>8} {n_bytes / n_tokens:12.0f}")
+
+
+@app.command()
+def rss(text: Path = typer.Option(...), shape: str = "original", docs: int = 10_000, batch_size: int = 64) -> None:
+    """Peak RSS while streaming ``docs`` docs through nlp.pipe (default storage)."""
+    nlp = _nlp(shape, {})
+    before = _status("VmRSS")
+    n_tokens = 0
+    start = time.perf_counter()
+    samples = []
+    for i, doc in enumerate(nlp.pipe(_texts(text, docs), batch_size=batch_size)):
+        n_tokens += len(doc)
+        if i % 1000 == 0:
+            samples.append(_status("VmRSS"))
+    seconds = time.perf_counter() - start
+    mib = 1024 * 1024
+    typer.echo(f"docs: {docs}, tokens: {n_tokens}, {n_tokens / seconds:.0f} tokens/s")
+    typer.echo(f"RSS after loading: {before / mib:.0f} MiB; every 1000 docs: {' '.join(f'{s / mib:.0f}' for s in samples)} MiB")
+    typer.echo(f"peak RSS (VmHWM): {_status('VmHWM') / mib:.0f} MiB")
+
+
+if __name__ == "__main__":
+    app()
