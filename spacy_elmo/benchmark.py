@@ -24,6 +24,7 @@ import numpy
 import torch
 
 from .bilm import BiLM, BiLMOptions
+from .bilm.model import bf16_supported
 
 _CNN = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 
@@ -144,9 +145,13 @@ def run(
     positions = n_tokens + 2 * len(sentences)
     types = len({t for s in sentences for t in s})
     peak32 = matmul_peak(torch.float32)
-    peak16 = matmul_peak(torch.bfloat16)
+    if fast and not bf16_supported(device):
+        echo("bf16 fast path skipped: this CPU has no native bf16 (avx512_bf16/AMX); emulated bf16 is slower than fp32")
+        fast = False
+    peak16 = matmul_peak(torch.bfloat16) if fast else float("nan")
     echo(
-        f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, device {device}"
+        f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
+        f"torch {torch.__version__}, device {device}, CPU capability {torch.backends.cpu.get_cpu_capability()}"
     )
     echo(f"matmul peak (2048^3): fp32 {peak32:.0f} GFLOP/s, bf16 {peak16:.0f} GFLOP/s")
     source = text or "synthetic Zipf text"

@@ -1,4 +1,5 @@
 """The biLM: token encoder + forward and backward LSTM stacks -> L+1 layers."""
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
@@ -23,6 +24,16 @@ class BiLMOutput:
 
     layers: List[torch.Tensor]
     mask: torch.Tensor
+
+
+def bf16_supported(device: Union[str, torch.device] = "cpu") -> bool:
+    """Whether bf16 matrix products run natively on ``device`` (CUDA with bf16,
+    or a CPU with avx512_bf16 or AMX). Elsewhere torch emulates bf16, which
+    is many times slower than fp32."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
 def reverse_index(lengths: torch.Tensor, n_steps: int) -> torch.Tensor:
@@ -99,6 +110,11 @@ class BiLM(nn.Module):
     def precision(self, value: str) -> None:
         if value not in self.PRECISIONS:
             raise ValueError(f"precision must be one of {self.PRECISIONS}, found {value!r}")
+        if value == "bf16" and getattr(self, "_precision", "fp32") != "bf16" and not bf16_supported(self.device):
+            warnings.warn(
+                f"precision='bf16' on {self.device}, which has no native bf16: it will be slower than fp32",
+                RuntimeWarning,
+            )
         self._precision = value
 
     @property

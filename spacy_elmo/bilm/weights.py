@@ -17,7 +17,7 @@ Weights are right-multiplied (``x W``) as in TensorFlow; the forget gate's
 +1.0 is added at run time and never stored.
 """
 from pathlib import Path
-from typing import Dict, Iterator, Tuple, Union
+from typing import BinaryIO, Dict, Iterator, Tuple, Union
 
 import numpy
 import torch
@@ -68,9 +68,15 @@ def _layout(model) -> Iterator[Tuple[str, Tuple[int, ...]]]:
             yield f"{prefix}/W_P_0", (o.lstm_dim, o.projection_dim)
 
 
-def _open(path: PathLike, mode: str):
+def _open(path: Union[PathLike, BinaryIO], mode: str):
+    """Open a path or a binary file object (e.g. ``io.BytesIO``) as hdf5."""
     import h5py
 
+    if hasattr(path, "read"):
+        try:
+            return h5py.File(path, mode)
+        except OSError as err:
+            raise WeightFileError(f"cannot open the given file object as hdf5: {err}") from None
     path = Path(path)
     if mode == "r":
         if not path.exists():
