@@ -1,6 +1,27 @@
-"""ELMo (Peters et al. 2018) for spaCy v3, on a pure-PyTorch biLM."""
+"""ELMo (Peters et al. 2018) for spaCy v3, on a pure-PyTorch biLM.
+
+``spacy_elmo.bilm`` is pure PyTorch; the spaCy side (the ``elmo`` component,
+listeners, ``Doc._.elmo``) is imported on first use of its names, or by spaCy
+through the package's entry points.
+"""
 from .bilm import BiLM, BiLMOptions, OptionsError, WeightFileError
 
 __version__ = "0.1.0"
 
-__all__ = ["BiLM", "BiLMOptions", "OptionsError", "WeightFileError", "__version__"]
+_SPACY_NAMES = {
+    "add_elmo": "pipeline",
+    "mix_weights": "pipeline",
+    "Elmo": "pipeline",
+    "ElmoData": "data",
+}
+
+__all__ = ["BiLM", "BiLMOptions", "OptionsError", "WeightFileError", "__version__", *_SPACY_NAMES]
+
+
+def __getattr__(name):
+    if name in _SPACY_NAMES:
+        import importlib
+
+        module = importlib.import_module(f".{_SPACY_NAMES[name]}", __name__)
+        return getattr(module, name)
+    raise AttributeError(f"module 'spacy_elmo' has no attribute {name!r}")

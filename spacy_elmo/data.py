@@ -1,0 +1,138 @@
+"""What the ``elmo`` component stores on ``Doc._.elmo``.
+
+:class:`ElmoData` holds, for the tokens of a Doc (or a Span/Token view of
+it), either all biLM layers, shape ``(L+1, n_tokens, dim)``, or only one
+vector per token (the configured mix), shape ``(n_tokens, dim)``, in float32
+or float16. ``dim`` is ``2 * projection_dim`` of the biLM.
+
+Bytes per token on ``Doc._.elmo`` (``dim`` = 2 * projection_dim):
+
+========================  ====================  ==========================
+``store``                 ``dtype="float32"``   ``dtype="float16"``
+========================  ====================  ==========================
+``"layers"`` (default)    ``4 * (L+1) * dim``   ``2 * (L+1) * dim``
+``"vectors"``             ``4 * dim``           ``2 * dim``
+========================  ====================  ==========================
+
+For the original ELMo (L=2, dim=1024) that is 12,288 / 6,144 / 4,096 /
+2,048 bytes. Listeners (which learn their own mix) need ``"layers"``.
+
+The class registers msgpack encoders with ``srsly``, so ``doc.to_bytes()``,
+``DocBin(store_user_data=True)`` and ``nlp.pipe(..., n_process=2)`` carry it.
+"""
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Sequence
+
+import numpy
+import srsly
+
+STORES = ("layers", "vectors")
+DTYPES = ("float32", "float16")
+
+
+def mix_layers(layers: numpy.ndarray, weights: Optional[Sequence[float]] = None) -> numpy.ndarray:
+    """One vector per token: ``sum_j w_j * layers[j]`` in float32; the plain
+    mean of the layers when ``weights`` is None. ``weights`` are used as
+    given (no softmax): pass already-normalised weights."""
+    layers = numpy.asarray(layers, dtype=numpy.float32)
+    if weights is None:
+        return layers.mean(axis=0)
+    w = numpy.asarray(weights, dtype=numpy.float32)
+    if w.shape != (layers.shape[0],):
+        raise ValueError(f"mix weights need one value per layer ({layers.shape[0]}), found {w.shape}")
+    return numpy.tensordot(w, layers, axes=1)
+
+
+@dataclass
+class ElmoData:
+    """ELMo activations of a Doc, Span or Token.
+
+    ``layers``: (L+1, n_tokens, dim) or None when only vectors are stored.
+    ``mixed``: (n_tokens, dim) stored vectors, or None when layers are stored.
+    ``weights``: the mix used by :attr:`vectors` over stored layers (None:
+    the mean of the layers).
+    """
+
+    layers: Optional[numpy.ndarray] = None
+    mixed: Optional[numpy.ndarray] = None
+    weights: Optional[numpy.ndarray] = None
+
+    def __post_init__(self) -> None:
+        if (self.layers is None) == (self.mixed is None):
+            raise ValueError("ElmoData holds exactly one of layers or mixed vectors")
+
+    @classmethod
+    def from_layers(
+        cls,
+        layers: numpy.ndarray,
+        store: str = "layers",
+        dtype: str = "float32",
+        weights: Optional[Sequence[float]] = None,
+    ) -> "ElmoData":
+        """Build what the component stores from float32 layers (L+1, n, dim)."""
+        if store not in STORES:
+            raise ValueError(f"store must be one of {STORES}, found {store!r}")
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, found {dtype!r}")
+        w = None if weights is None else numpy.asarray(weights, dtype=numpy.float32)
+        if store == "layers":
+            return cls(layers=numpy.ascontiguousarray(layers, dtype=dtype), weights=w)
+        return cls(mixed=numpy.ascontiguousarray(mix_layers(layers, w), dtype=dtype))
+
+    def __len__(self) -> int:
+        return self.layers.shape[1] if self.layers is not None else self.mixed.shape[0]
+
+    @property
+    def vectors(self) -> numpy.ndarray:
+        """(n_tokens, dim) float32: the stored vectors, or the mix of the layers."""
+        if self.mixed is not None:
+            return self.mixed.astype(numpy.float32, copy=False)
+        return mix_layers(self.layers, self.weights)
+
+    @property
+    def vector(self) -> numpy.ndarray:
+        """(dim,) float32: the mean of :attr:`vectors` (a Token's own vector)."""
+        vectors = self.vectors
+        if vectors.shape[0] == 0:
+            return numpy.zeros((vectors.shape[1],), dtype=numpy.float32)
+        return vectors.mean(axis=0)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.layers.nbytes if self.layers is not None else self.mixed.nbytes)
+
+    def __getitem__(self, index: slice) -> "ElmoData":
+        """A view of a token range (slices only)."""
+        if not isinstance(index, slice):
+            raise TypeError("ElmoData takes slices of tokens, e.g. data[2:5]")
+        if self.layers is not None:
+            return ElmoData(layers=self.layers[:, index], weights=self.weights)
+        return ElmoData(mixed=self.mixed[index])
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "layers": None if self.layers is None else numpy.ascontiguousarray(self.layers),
+            "mixed": None if self.mixed is None else numpy.ascontiguousarray(self.mixed),
+            "weights": self.weights,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "ElmoData":
+        return cls(layers=data["layers"], mixed=data["mixed"], weights=data.get("weights"))
+
+
+_KEY = "__spacy_elmo_data__"
+
+
+@srsly.msgpack_encoders("spacy_elmo_data")
+def serialize_elmo_data(obj, chain=None):
+    if isinstance(obj, ElmoData):
+        return {_KEY: obj.to_dict()}
+    return obj if chain is None else chain(obj)
+
+
+@srsly.msgpack_decoders("spacy_elmo_data")
+def deserialize_elmo_data(obj, chain=None):
+    if isinstance(obj, dict) and _KEY in obj:
+        return ElmoData.from_dict(obj[_KEY])
+    return obj if chain is None else chain(obj)

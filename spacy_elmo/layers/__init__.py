@@ -1,0 +1,20 @@
+"""thinc glue: the biLM over Docs, listeners, the scalar mix, span getters."""
+from .bilm_model import ElmoBiLM, get_bilm, has_bilm, set_bilm
+from .listener import ElmoInputOutput, ElmoListener, ElmoListenerLayer, ElmoMix
+from .scalar_mix import ScalarMix, mix_weights
+from .span_getters import configure_sent_or_strided_spans, configure_strided_spans
+
+__all__ = [
+    "ElmoBiLM",
+    "ElmoInputOutput",
+    "ElmoListener",
+    "ElmoListenerLayer",
+    "ElmoMix",
+    "ScalarMix",
+    "configure_sent_or_strided_spans",
+    "configure_strided_spans",
+    "get_bilm",
+    "has_bilm",
+    "mix_weights",
+    "set_bilm",
+]

@@ -1,0 +1,323 @@
+"""The ``elmo`` pipeline component.
+
+``nlp.add_pipe("elmo")`` adds a component that runs the biLM over each Doc
+(sentences, or strided windows when the Doc has no sentence boundaries) and
+stores the activations on ``Doc._.elmo`` (:class:`~spacy_elmo.data.ElmoData`).
+Downstream components use ELMo through ``spacy_elmo.ElmoListener.v1``
+(see :mod:`spacy_elmo.layers.listener`), each with its own learned mix.
+
+Weights in the published bilm-tf/AllenNLP format are read at
+initialization::
+
+    [initialize.components.elmo]
+    weights = "path/weights.hdf5"
+    options = "path/options.json"
+
+and are saved inside the pipeline afterwards (``nlp.to_disk`` writes them
+in the same format), so ``spacy.load`` needs no outside file. In Python,
+:func:`add_elmo` does both steps at once.
+"""
+from itertools import islice
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import numpy
+from spacy.language import Language
+from spacy.pipeline import TrainablePipe
+from spacy.tokens import Doc, Span, Token
+from spacy.training import Example, validate_get_examples
+from spacy.vocab import Vocab
+from thinc.api import Config, Model, Optimizer, set_dropout_rate
+
+from .bilm import BiLM
+from .data import DTYPES, STORES, ElmoData
+from .layers.bilm_model import get_bilm, has_bilm, run_bilm, set_bilm
+from .layers.listener import ElmoListenerLayer
+from .layers.scalar_mix import mix_weights as _mix_of
+
+DEFAULT_MODEL_CONFIG = """
+[model]
+@architectures = "spacy_elmo.ElmoBiLM.v1"
+batch_size = 64
+precision = "fp32"
+grad_factor = 0.0
+
+[model.span_getter]
+@span_getters = "spacy_elmo.sent_or_strided_spans.v1"
+window = 128
+stride = 96
+"""
+DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
+
+
+def _install_extensions() -> None:
+    if not Doc.has_extension("elmo"):
+        Doc.set_extension("elmo", default=None)
+    if not Span.has_extension("elmo"):
+        Span.set_extension("elmo", getter=lambda span: _view(span.doc, span.start, span.end))
+    if not Token.has_extension("elmo"):
+        Token.set_extension("elmo", getter=lambda token: _view(token.doc, token.i, token.i + 1))
+
+
+def _view(doc: Doc, start: int, end: int) -> Optional[ElmoData]:
+    data = doc._.elmo
+    return None if data is None else data[start:end]
+
+
+@Language.factory(
+    "elmo",
+    assigns=["doc._.elmo"],
+    default_config={"model": DEFAULT_MODEL, "store": "layers", "dtype": "float32", "mix": None},
+    default_score_weights={},
+)
+def make_elmo(
+    nlp: Language,
+    name: str,
+    model: Model,
+    store: str,
+    dtype: str,
+    mix: Optional[List[float]],
+) -> "Elmo":
+    """ELMo activations on ``Doc._.elmo``.
+
+    store: "layers" (all L+1 layers; listeners need this) or "vectors" (one
+        vector per token, the ``mix`` of the layers).
+    dtype: "float32" or "float16" storage.
+    mix: weights of the layers for ``Doc._.elmo.vectors`` (used as given;
+        None: the mean of the layers).
+    """
+    return Elmo(nlp.vocab, model, name, store=store, dtype=dtype, mix=mix)
+
+
+class Elmo(TrainablePipe):
+    """Runs the biLM and feeds ``Doc._.elmo`` and the ELMo listeners."""
+
+    def __init__(
+        self,
+        vocab: Vocab,
+        model: Model,
+        name: str = "elmo",
+        *,
+        store: str = "layers",
+        dtype: str = "float32",
+        mix: Optional[Sequence[float]] = None,
+    ) -> None:
+        if store not in STORES:
+            raise ValueError(f"store must be one of {STORES}, found {store!r}")
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, found {dtype!r}")
+        self.vocab = vocab
+        self.model = model
+        self.name = name
+        self.cfg = {"store": store, "dtype": dtype, "mix": None if mix is None else list(mix)}
+        self.listener_map: Dict[str, List[ElmoListenerLayer]] = {}
+        _install_extensions()
+
+    # ------------------------------------------------------------ listeners
+    @property
+    def listeners(self) -> List[ElmoListenerLayer]:
+        return [m for c in self.listening_components for m in self.listener_map[c]]
+
+    @property
+    def listening_components(self) -> List[str]:
+        return list(self.listener_map.keys())
+
+    def add_listener(self, listener: ElmoListenerLayer, component_name: str) -> None:
+        self.listener_map.setdefault(component_name, [])
+        if listener not in self.listener_map[component_name]:
+            self.listener_map[component_name].append(listener)
+        if has_bilm(self.model):
+            self._set_listener_dims(listener)
+
+    def remove_listener(self, listener: ElmoListenerLayer, component_name: str) -> bool:
+        if listener in self.listener_map.get(component_name, []):
+            self.listener_map[component_name].remove(listener)
+            if not self.listener_map[component_name]:
+                del self.listener_map[component_name]
+            return True
+        return False
+
+    def find_listeners(self, component) -> None:
+        names = ("*", self.name)
+        if isinstance(getattr(component, "model", None), Model):
+            for node in component.model.walk():
+                if isinstance(node, ElmoListenerLayer) and node.upstream_name in names:
+                    self.add_listener(node, component.name)
+
+    def _set_listener_dims(self, listener: ElmoListenerLayer) -> None:
+        bilm = get_bilm(self.model)
+        for dim, value in (("nL", bilm.num_layers), ("nI", bilm.output_dim)):
+            if listener.has_dim(dim) and listener.get_dim(dim) != value:
+                raise ValueError(
+                    f"an ELMo listener expects {dim}={listener.get_dim(dim)} but the elmo "
+                    f"component's biLM has {value}"
+                )
+            listener.set_dim(dim, value)
+
+    # ------------------------------------------------------------- the biLM
+    @property
+    def bilm(self) -> BiLM:
+        """The PyTorch biLM (raises a clear error before initialization)."""
+        return get_bilm(self.model)
+
+    def set_bilm(self, bilm: BiLM) -> None:
+        """Use ``bilm`` (a :class:`~spacy_elmo.BiLM`) as this component's model."""
+        set_bilm(self.model, bilm)
+        for listener in self.listeners:
+            self._set_listener_dims(listener)
+
+    # ----------------------------------------------------------- inference
+    def predict(self, docs: Iterable[Doc]) -> List[numpy.ndarray]:
+        docs = list(docs)
+        if not docs:
+            return []
+        return self.model.predict(docs)
+
+    def set_annotations(self, docs: Sequence[Doc], layers: List[numpy.ndarray]) -> None:
+        store, dtype, mix = self.cfg["store"], self.cfg["dtype"], self.cfg["mix"]
+        for doc, doc_layers in zip(docs, layers):
+            doc._.elmo = ElmoData.from_layers(self.model.ops.to_numpy(doc_layers), store, dtype, mix)
+
+    # ------------------------------------------------------------- training
+    def update(
+        self,
+        examples: Iterable[Example],
+        *,
+        drop: float = 0.0,
+        sgd: Optional[Optimizer] = None,
+        losses: Optional[Dict[str, float]] = None,
+    ) -> Dict[str, float]:
+        """Run the biLM on the batch and broadcast its output to the listeners.
+
+        The biLM is fine-tuned only where a listener has ``grad_factor > 0``;
+        otherwise this is inference plus broadcasting."""
+        if losses is None:
+            losses = {}
+        losses.setdefault(self.name, 0.0)
+        examples = list(examples)
+        validate_examples_like(examples)
+        docs = [eg.predicted for eg in examples]
+        if not docs:
+            return losses
+        fine_tune = any(l.attrs["grad_factor"] > 0 for l in self.listeners)
+        set_dropout_rate(self.model, drop)
+        outputs, bp_outputs = run_bilm(self.model, docs, fine_tune)
+        d_outputs: List[Optional[numpy.ndarray]] = [None] * len(outputs)
+
+        def accumulate_gradient(grads):
+            if grads is None:
+                return
+            for i, grad in enumerate(grads):
+                d_outputs[i] = grad if d_outputs[i] is None else d_outputs[i] + grad
+
+        def backprop(grads):
+            accumulate_gradient(grads)
+            if fine_tune and any(d is not None for d in d_outputs):
+                filled = [self.model.ops.alloc3f(*o.shape) if d is None else d for d, o in zip(d_outputs, outputs)]
+                bp_outputs(filled)
+                if sgd is not None:
+                    self.finish_update(sgd)
+            return []
+
+        batch_id = ElmoListenerLayer.get_batch_id(docs)
+        listeners = self.listeners
+        for listener in listeners[:-1]:
+            listener.receive(batch_id, outputs, accumulate_gradient)
+        if listeners:
+            listeners[-1].receive(batch_id, outputs, backprop)
+        return losses
+
+    def get_loss(self, examples, scores) -> None:
+        return None
+
+    def initialize(
+        self,
+        get_examples: Callable[[], Iterable[Example]],
+        *,
+        nlp: Optional[Language] = None,
+        weights: Optional[Union[str, Path]] = None,
+        options: Optional[Union[str, Path]] = None,
+    ) -> None:
+        """Load the biLM from the published format (``weights`` + ``options``)
+        unless the component already has one (set with :meth:`set_bilm`)."""
+        validate_get_examples(get_examples, "Elmo.initialize")
+        if (weights is None) != (options is None):
+            raise ValueError("give both weights and options for the elmo component, or neither")
+        if weights is not None:
+            self.set_bilm(BiLM.from_hdf5(weights, options))
+        elif not has_bilm(self.model):
+            get_bilm(self.model)  # raises the explanatory error
+        else:
+            self.set_bilm(get_bilm(self.model))
+        doc_sample = [eg.reference for eg in islice(get_examples(), 10)]
+        self.model.initialize(X=doc_sample)
+
+    def add_label(self, label: str) -> int:
+        raise NotImplementedError
+
+    # ------------------------------------------------------- serialization
+    def to_disk(self, path, *, exclude=tuple()):
+        """Writes ``cfg`` and ``model`` (the biLM in the published hdf5 format,
+        with its options, inside thinc's model file)."""
+        super().to_disk(path, exclude=exclude)
+
+    def from_disk(self, path, *, exclude=tuple()):
+        super().from_disk(path, exclude=exclude)
+        for listener in self.listeners:
+            if has_bilm(self.model):
+                self._set_listener_dims(listener)
+        return self
+
+
+def validate_examples_like(examples: List[Example]) -> None:
+    for eg in examples:
+        if not isinstance(eg, Example):
+            raise TypeError(f"Elmo.update expects Example objects, found {type(eg).__name__}")
+
+
+def add_elmo(
+    nlp: Language,
+    weights: Optional[Union[str, Path]] = None,
+    options: Optional[Union[str, Path]] = None,
+    *,
+    bilm: Optional[BiLM] = None,
+    name: str = "elmo",
+    config: Optional[Dict] = None,
+    **add_pipe_kwargs,
+) -> Elmo:
+    """The notebook route: add an ``elmo`` component and give it weights.
+
+    >>> nlp = spacy.blank("en")
+    >>> add_elmo(nlp, "weights.hdf5", "options.json")
+    >>> nlp("ELMo reads words in context.")._.elmo.vectors.shape
+    (6, 1024)
+
+    Either ``weights`` and ``options`` (published format) or a ``bilm``.
+    """
+    if (bilm is None) == (weights is None):
+        raise ValueError("give either weights and options, or a bilm")
+    if weights is not None:
+        if options is None:
+            raise ValueError("weights need their options JSON")
+        bilm = BiLM.from_hdf5(weights, options)
+    component = nlp.add_pipe("elmo", name=name, config=config or {}, **add_pipe_kwargs)
+    component.set_bilm(bilm)
+    component.model.initialize()
+    return component
+
+
+def mix_weights(nlp: Language) -> Dict[str, Tuple[numpy.ndarray, float]]:
+    """The learned ELMo mix of every component: ``{name: (softmax weights, gamma)}``.
+
+    A component with several mixes (e.g. ELMo at input and output) gets
+    keys ``name``, ``name[1]``, ... in model order. Components whose mix is
+    not initialized yet are left out."""
+    result: Dict[str, Tuple[numpy.ndarray, float]] = {}
+    for name, component in nlp.pipeline:
+        model = getattr(component, "model", None)
+        if not isinstance(model, Model):
+            continue
+        mixes = [node for node in model.walk() if node.name == "elmo_scalar_mix" and node.has_param("weights")]
+        for i, node in enumerate(mixes):
+            result[name if i == 0 else f"{name}[{i}]"] = _mix_of(node)
+    return result
