@@ -54,9 +54,19 @@ def _install_extensions() -> None:
     if not Doc.has_extension("elmo"):
         Doc.set_extension("elmo", default=None)
     if not Span.has_extension("elmo"):
-        Span.set_extension("elmo", getter=lambda span: _view(span.doc, span.start, span.end))
+        Span.set_extension("elmo", getter=_span_view)
     if not Token.has_extension("elmo"):
-        Token.set_extension("elmo", getter=lambda token: _view(token.doc, token.i, token.i + 1))
+        Token.set_extension("elmo", getter=_token_view)
+
+
+# Module-level getters (not lambdas): nlp.pipe(n_process=N) pickles the
+# extension table for its workers.
+def _span_view(span: Span) -> Optional[ElmoData]:
+    return _view(span.doc, span.start, span.end)
+
+
+def _token_view(token: Token) -> Optional[ElmoData]:
+    return _view(token.doc, token.i, token.i + 1)
 
 
 def _view(doc: Doc, start: int, end: int) -> Optional[ElmoData]:

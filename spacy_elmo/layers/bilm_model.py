@@ -13,8 +13,15 @@ With ``is_train`` and a positive ``grad_factor`` the model runs with
 autograd instead (training mode, so the biLM's dropout applies), and its
 gradient reaches the torch parameters; ``finish_update`` applies thinc's
 optimizer to them.
+
+In a multiprocessing worker (``nlp.pipe(..., n_process=N)``, with fork or
+spawn) the biLM runs on one thread: the N workers share the cores, and
+PyTorch's OpenMP thread pool does not survive ``fork`` (a forked child that
+uses it hangs).
 """
 import io
+import multiprocessing
+import os
 from typing import Callable, List, Optional, Tuple
 
 import numpy
@@ -154,8 +161,21 @@ def _span_plan(model: Model, docs: List[Doc]) -> Tuple[List[List[str]], List[num
     return texts, sources
 
 
+_THREADS_SET_FOR_PID: Optional[int] = None
+
+
+def _one_thread_in_workers() -> None:
+    global _THREADS_SET_FOR_PID
+    if _THREADS_SET_FOR_PID == os.getpid():
+        return
+    _THREADS_SET_FOR_PID = os.getpid()
+    if multiprocessing.parent_process() is not None:
+        torch.set_num_threads(1)
+
+
 def run_bilm(model: Model, docs: List[Doc], fine_tune: bool) -> Tuple[List[Floats3d], Callable]:
     """Per-Doc layers; with ``fine_tune`` also a backprop into the biLM."""
+    _one_thread_in_workers()
     bilm = get_bilm(model)
     bilm.precision = model.attrs["precision"]
     texts, sources = _span_plan(model, docs)

@@ -39,40 +39,45 @@ def strided_bounds(start: int, end: int, window: int, stride: int) -> List[Tuple
     return [(s, e) for s, e in bounds if e > s]
 
 
-@registry.span_getters("spacy_elmo.sent_or_strided_spans.v1")  # type: ignore[attr-defined]
-def configure_sent_or_strided_spans(window: int = 128, stride: int = 96) -> SpanGetter:
+class SentOrStridedSpans:
     """Sentences when the Doc has sentence boundaries (split into strided
     windows when longer than ``window``), otherwise strided windows of
-    ``window`` tokens every ``stride`` tokens over the whole Doc."""
-    if not 0 < stride <= window:
-        raise ValueError(f"need 0 < stride <= window, found window={window}, stride={stride}")
+    ``window`` tokens every ``stride`` tokens over the whole Doc.
 
-    def get_spans(docs: Iterable[Doc]) -> List[List[Span]]:
+    A class rather than a closure so that pipelines pickle (``nlp.pipe`` with
+    ``n_process`` and the spawn start method pickles the pipeline)."""
+
+    def __init__(self, window: int = 128, stride: int = 96, use_sents: bool = True) -> None:
+        if not 0 < stride <= window:
+            raise ValueError(f"need 0 < stride <= window, found window={window}, stride={stride}")
+        self.window, self.stride, self.use_sents = window, stride, use_sents
+
+    def __call__(self, docs: Iterable[Doc]) -> List[List[Span]]:
         result = []
         for doc in docs:
-            if doc.has_annotation("SENT_START"):
+            if self.use_sents and doc.has_annotation("SENT_START"):
                 pieces = [(sent.start, sent.end) for sent in doc.sents]
             else:
                 pieces = [(0, len(doc))]
             spans = []
             for start, end in pieces:
-                spans.extend(doc[s:e] for s, e in strided_bounds(start, end, window, stride))
+                spans.extend(doc[s:e] for s, e in strided_bounds(start, end, self.window, self.stride))
             result.append(spans)
         return result
 
-    return get_spans
+
+@registry.span_getters("spacy_elmo.sent_or_strided_spans.v1")  # type: ignore[attr-defined]
+def configure_sent_or_strided_spans(window: int = 128, stride: int = 96) -> SpanGetter:
+    """Sentences when the Doc has sentence boundaries (split into strided
+    windows when longer than ``window``), otherwise strided windows of
+    ``window`` tokens every ``stride`` tokens over the whole Doc."""
+    return SentOrStridedSpans(window, stride, use_sents=True)
 
 
 @registry.span_getters("spacy_elmo.strided_spans.v1")  # type: ignore[attr-defined]
 def configure_strided_spans(window: int = 128, stride: int = 96) -> SpanGetter:
     """Strided windows over the whole Doc, ignoring sentence boundaries."""
-    if not 0 < stride <= window:
-        raise ValueError(f"need 0 < stride <= window, found window={window}, stride={stride}")
-
-    def get_spans(docs: Iterable[Doc]) -> List[List[Span]]:
-        return [[doc[s:e] for s, e in strided_bounds(0, len(doc), window, stride)] for doc in docs]
-
-    return get_spans
+    return SentOrStridedSpans(window, stride, use_sents=False)
 
 
 def token_sources(n_tokens: int, bounds: List[Tuple[int, int]]) -> numpy.ndarray:
