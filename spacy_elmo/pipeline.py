@@ -156,7 +156,7 @@ class Elmo(TrainablePipe):
 
     def _set_listener_dims(self, listener: ElmoListenerLayer) -> None:
         bilm = get_bilm(self.model)
-        for dim, value in (("nL", bilm.num_layers), ("nI", bilm.output_dim)):
+        for dim, value in (("nL", bilm.num_layers), ("nO", bilm.output_dim)):
             if listener.has_dim(dim) and listener.get_dim(dim) != value:
                 raise ValueError(
                     f"an ELMo listener expects {dim}={listener.get_dim(dim)} but the elmo "
@@ -215,10 +215,11 @@ class Elmo(TrainablePipe):
         d_outputs: List[Optional[numpy.ndarray]] = [None] * len(outputs)
 
         def accumulate_gradient(grads):
-            if grads is None:
-                return
-            for i, grad in enumerate(grads):
-                d_outputs[i] = grad if d_outputs[i] is None else d_outputs[i] + grad
+            # Returns the (empty) gradient w.r.t. the Docs, like any layer.
+            if grads is not None:
+                for i, grad in enumerate(grads):
+                    d_outputs[i] = grad if d_outputs[i] is None else d_outputs[i] + grad
+            return []
 
         def backprop(grads):
             accumulate_gradient(grads)

@@ -34,7 +34,7 @@ class ElmoListenerLayer(Model):
             self,
             name=self.name,
             forward=_listener_forward,
-            dims={"nL": None, "nI": None},
+            dims={"nL": None, "nO": None},
             attrs={"grad_factor": grad_factor},
         )
         self.upstream_name = upstream_name
@@ -64,7 +64,7 @@ class ElmoListenerLayer(Model):
         for doc in docs:
             data = doc._.elmo if doc.has_extension("elmo") else None
             if data is None:
-                outputs.append(self.ops.alloc3f(self.get_dim("nL"), len(doc), self.get_dim("nI")))
+                outputs.append(self.ops.alloc3f(self.get_dim("nL"), len(doc), self.get_dim("nO")))
             elif data.layers is None:
                 raise ValueError(
                     "An ELMo listener needs all biLM layers on Doc._.elmo, but the elmo "
