@@ -212,3 +212,8 @@ class _nothing:
 
     def __exit__(self, *args):
         return False
+
+
+def test_doc_cleaner_drops_the_vectors(nlp):
+    nlp.add_pipe("doc_cleaner", config={"attrs": {"_.elmo": None}})
+    assert nlp("Nothing is kept.")._.elmo is None
