@@ -52,15 +52,15 @@ def _nlp(shape: str, config: dict):
 @app.command()
 def bytes(text: Path = typer.Option(...), shape: str = "original", docs: int = 200) -> None:
     """Bytes per token on Doc._.elmo for each storage option."""
-    typer.echo(f"{'store_layers':>12} {'dtype':>8} {'bytes/token':>12}")
-    for store_layers in (True, False):
+    typer.echo(f"{'store':>8} {'dtype':>8} {'bytes/token':>12}")
+    for store in ("layers", "vectors"):
         for dtype in ("float32", "float16"):
-            nlp = _nlp(shape, {"store_layers": store_layers, "dtype": dtype})
+            nlp = _nlp(shape, {"store": store, "dtype": dtype})
             n_bytes = n_tokens = 0
             for doc in nlp.pipe(_texts(text, docs), batch_size=64):
                 n_bytes += doc._.elmo.nbytes
                 n_tokens += len(doc)
-            typer.echo(f"{str(store_layers):>12} {dtype:>8} {n_bytes / n_tokens:12.0f}")
+            typer.echo(f"{store:>8} {dtype:>8} {n_bytes / n_tokens:12.0f}")
 
 
 @app.command()

@@ -29,8 +29,7 @@ def main(
 
     nlp = spacy.blank("en")
     bilm = spacy_elmo.BiLM(published_options(shape)).eval()
-    bilm.precision = precision
-    spacy_elmo.add_elmo(nlp, bilm=bilm)
+    spacy_elmo.add_elmo(nlp, bilm=bilm, config={"model": {"precision": precision}})
     with tempfile.TemporaryDirectory() as tmp:
         nlp.to_disk(tmp)
         cmd = [sys.executable, "-m", "spacy", "benchmark", "speed", tmp, str(data),
