@@ -37,7 +37,9 @@ def write_corpus(directory: Path, n: int = 300, seed: int = 0) -> Path:
 
 def write_options(directory: Path, **changes) -> Path:
     path = directory / "options.json"
-    path.write_text(json.dumps(small_options(**changes)), encoding="utf-8")
+    text = json.dumps(small_options(**changes))
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
     return path
 
 
@@ -51,3 +53,26 @@ def tiny_config(tmp: Path, corpus: Path, output: str = "out", **kw):
     )
     settings.update(kw)
     return PretrainConfig(**settings)
+
+
+def distributed_worker(rank: int, world_size: int, port: int, tmp: str, corpus: str) -> None:
+    """One process of a gloo run (torch.multiprocessing.spawn target)."""
+    import os
+
+    import torch
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    from spacy_elmo.pretrain import trainer
+
+    seen = []
+    tmp_path = Path(tmp)
+    config = tiny_config(tmp_path, Path(corpus), max_steps=4, eval_every=2, log_every=1, dropout=0.1)
+    kept = {}
+
+    def keep(step, info):
+        seen.append(info["windows"])
+        kept["params"] = {k: v.detach().clone() for k, v in info["model"].state_dict().items()}
+
+    trainer.pretrain(config, progress=False, callback=keep)
+    torch.save({"seen": seen, "params": kept["params"]}, tmp_path / f"rank{rank}.pt")

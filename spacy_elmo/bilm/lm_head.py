@@ -52,6 +52,11 @@ class LMHead(nn.Module):
         self.input_dim = input_dim
         self.vocab_size = vocab_size
         self.cutoffs = cutoffs
+        # Tail cluster i projects to input_dim // div_value**(i+1) units; keep
+        # every projection at least 1 wide (small test models).
+        while div_value > 1.0 and int(input_dim // div_value ** len(cutoffs)) < 1:
+            div_value = max(1.0, div_value / 2)
+        self.div_value = div_value
         self.softmax = nn.AdaptiveLogSoftmaxWithLoss(input_dim, vocab_size, cutoffs, div_value=div_value)
 
     @staticmethod

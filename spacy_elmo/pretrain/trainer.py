@@ -532,7 +532,7 @@ def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torc
             if step % config.checkpoint_every == 0 and step < config.max_steps:
                 save("every")
             if callback is not None:
-                callback(step, {"loss": float(loss.detach())})
+                callback(step, {"loss": float(loss.detach()), "model": model, "windows": windows.tolist()})
             if D.any_flag(info, stop.requested, device):
                 stopped = True
                 break
