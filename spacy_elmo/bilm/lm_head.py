@@ -83,8 +83,13 @@ class LMHead(nn.Module):
         """Summed negative log-likelihood of targets ``y`` (training path)."""
         if y.numel() == 0:
             return x.sum() * 0.0
-        out = self.softmax(x, y)
-        return -out.output.float().sum()
+        # Always fp32, outside autocast: under CUDA autocast the module's
+        # linear layers would give bf16/fp16 while its log_softmax gives fp32,
+        # and AdaptiveLogSoftmaxWithLoss fails mixing the two (index_copy_).
+        # The head is small next to the LSTMs, so this costs little.
+        with torch.autocast(x.device.type, enabled=False):
+            out = self.softmax(x.float(), y)
+        return -out.output.sum()
 
     def exact_nll(self, x: torch.Tensor, y: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
         """Summed NLL from the full normalized distribution over the vocabulary
@@ -97,7 +102,8 @@ class LMHead(nn.Module):
 
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:
         """log p(word | x) for every word of the vocabulary, (N, vocab_size)."""
-        return self.softmax.log_prob(x)
+        with torch.autocast(x.device.type, enabled=False):
+            return self.softmax.log_prob(x.float())
 
     def forward(self, top: torch.Tensor, targets: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, int]:
         """Summed NLL of the forward and the backward LM and the number of
