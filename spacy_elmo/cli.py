@@ -131,6 +131,10 @@ def pretrain(
     except ValueError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2)
+    import os
+
+    if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 reports
+        return
     if summary.get("stopped"):
         typer.echo(f"stopped at step {summary['step']}; checkpoint in {output}/checkpoints/last.pt (continue with --resume)")
     elif summary.get("dev"):
@@ -147,13 +151,19 @@ def export(
     output: Path = typer.Argument(..., help="A pretraining output directory"),
     target: Path = typer.Argument(..., help="Write weights.hdf5, options.json and vocab.txt here"),
     checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint file (default: OUTPUT/checkpoints/last.pt)"),
+    nlp: Optional[Path] = typer.Option(None, "--nlp", help="Also write a spaCy pipeline (blank LANG + an elmo component) here, for spacy.load"),
+    lang: Optional[str] = typer.Option(None, help="Language of the --nlp pipeline (default: the --lang the biLM was trained with)"),
 ) -> None:
-    """Export a pretrained biLM to the published hdf5 + options JSON format, with its vocabulary."""
+    """Export a pretrained biLM to the published hdf5 + options JSON format, with its
+    vocabulary, and optionally as a spaCy pipeline with an elmo component."""
     from .pretrain import export as run_export
+    from .pretrain import export_pipeline
 
     try:
         path = run_export(output, target, checkpoint)
+        typer.echo(f"wrote {path}/weights.hdf5, options.json, vocab.txt")
+        if nlp is not None:
+            typer.echo(f"wrote the spaCy pipeline {export_pipeline(output, nlp, lang, checkpoint)}")
     except ValueError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2)
-    typer.echo(f"wrote {path}/weights.hdf5, options.json, vocab.txt")

@@ -240,6 +240,7 @@ def test_bad_corpus_files_are_skipped_and_counted(tmp_path):
         ("long.txt", b"y" * 1_000_000, "long.txt:1: line longer"),
         ("latin.txt", b"ok\nna\xefve\n", "latin.txt:2: not valid UTF-8"),
     ],
+    ids=["empty", "binary", "1MB-line", "latin-1"],
 )
 def test_strict_mode_names_the_bad_file(tmp_path, name, content, message):
     (tmp_path / name).write_bytes(content)
@@ -314,3 +315,84 @@ def test_cli_pretrain_and_export(tmp_path):
     assert {p.name for p in (tmp_path / "exp").iterdir()} == {"weights.hdf5", "options.json", "vocab.txt"}
     result = runner.invoke(app, ["pretrain", str(tmp_path / "nothing.txt"), "--output", str(tmp_path / "r2"), "--shape", "small"])
     assert result.exit_code == 2 and "corpus path not found" in result.output
+
+
+def test_torchrun_two_processes_from_the_command_line(tmp_path):
+    """The documented multi-process command: ``torchrun --standalone
+    --nproc_per_node=2 -m spacy_elmo pretrain ...`` (gloo on CPU)."""
+    import subprocess
+
+    import spacy_elmo
+
+    corpus = write_corpus(tmp_path, 400)
+    options = tmp_path / "options.json"
+    options.write_text(json.dumps(small_options()), encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(spacy_elmo.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
+    env["OMP_NUM_THREADS"] = "1"
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "spacy_elmo", "pretrain",
+         str(corpus), "-o", str(tmp_path / "run"), "--options", str(options), "--max-steps", "60", "--batch-size", "8",
+         "--dev-fraction", "0.1", "--eval-every", "30", "--log-every", "10", "--lr", "0.01", "--threads", "1", "--no-progress"],
+        env=env, capture_output=True, text=True, timeout=240,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("held-out perplexity") == 1  # rank 0 only
+    records = read_log(tmp_path / "run" / "log.jsonl")
+    assert records[0]["world_size"] == 2
+    end = [r for r in records if r["event"] == "end"][0]
+    assert end["dev"]["dev_ppl"] < end["unigram_dev_ppl"]
+    assert (tmp_path / "run" / "export" / "weights.hdf5").exists()
+    assert _state(tmp_path / "run")["world_size"] == 2
+
+
+# ------------------------------------------------------------- spaCy export
+def _has_pipeline():
+    """spacy_elmo.pipeline exists in the package under test (not only in
+    another checkout that an editable install's finder points at)."""
+    import importlib.util
+
+    import spacy_elmo
+
+    spec = importlib.util.find_spec("spacy_elmo.pipeline")
+    return spec is not None and Path(spec.origin).parent == Path(spacy_elmo.__file__).parent
+
+
+@pytest.mark.skipif(not _has_pipeline(), reason="needs the spaCy integration (spacy_elmo.pipeline)")
+def test_export_straight_into_a_spacy_pipeline(trained, tmp_path):
+    import spacy
+
+    from spacy_elmo.pretrain import export_pipeline
+
+    tmp, config, _ = trained
+    export_pipeline(tmp / "out", tmp_path / "nlp")
+    nlp = spacy.load(tmp_path / "nlp")
+    assert nlp.pipe_names == ["elmo"] and nlp.lang == config.lang
+    doc = nlp("The cat likes the red ball .")
+    state = load_checkpoint(tmp / "out" / "checkpoints" / "last.pt")
+    model = PretrainModel(BiLMOptions.from_dict(state["options"]), len(state["vocab"]), 0.0)
+    model.load_state_dict(state["model"])
+    ids = torch.from_numpy(batch_to_char_ids([[t.text for t in doc]])[0])
+    with torch.no_grad():
+        layers = model.bilm.eval()(ids).layers
+    assert doc._.elmo.layers.shape[0] == len(layers)
+    for j, layer in enumerate(layers):
+        numpy.testing.assert_allclose(doc._.elmo.layers[j], layer[0, 1 : len(doc) + 1].numpy(), atol=1e-5, rtol=0)
+
+
+def test_pipeline_export_without_the_spacy_integration_is_a_clear_error(tmp_path, monkeypatch):
+    from spacy_elmo.pretrain import export_pipeline
+
+    monkeypatch.setitem(sys.modules, "spacy_elmo.pipeline", None)  # import fails
+    with pytest.raises(ValueError, match="spaCy integration"):
+        export_pipeline(tmp_path, tmp_path / "nlp")
+
+
+# --------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_cuda_mixed_precision_training_learns(tmp_path, precision):
+    corpus = write_corpus(tmp_path, 300)
+    config = tiny_config(tmp_path, corpus, device="cuda", precision=precision, max_steps=150, lr=0.01, dropout=0.0, checkpoint_every=50)
+    summary = pretrain(config, progress=False)
+    assert summary["dev"]["dev_ppl"] < 0.5 * summary["unigram_dev_ppl"], summary

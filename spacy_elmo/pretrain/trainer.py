@@ -587,17 +587,51 @@ class _Log:
 def export(output_dir: Path, export_dir: Path, checkpoint: Optional[Path] = None) -> Path:
     """Write the checkpoint's biLM in the published format: ``weights.hdf5``,
     ``options.json`` and the vocabulary ``vocab.txt``."""
-    output_dir = Path(output_dir)
-    state = load_checkpoint(Path(checkpoint) if checkpoint else output_dir / "checkpoints" / "last.pt")
-    options = BiLMOptions.from_dict(state["options"])
-    bilm = BiLM(options)
-    prefix = "bilm."
-    bilm.load_state_dict({k[len(prefix):]: v for k, v in state["model"].items() if k.startswith(prefix)})
+    state = load_checkpoint(_checkpoint_path(output_dir, checkpoint))
+    bilm = _bilm_from_state(state)
     export_dir = Path(export_dir)
     export_dir.mkdir(parents=True, exist_ok=True)
     bilm.to_hdf5(export_dir / "weights.hdf5", export_dir / "options.json")
     Vocab(state["vocab"]).to_file(export_dir / "vocab.txt")
     return export_dir
+
+
+def _checkpoint_path(output_dir: Path, checkpoint: Optional[Path]) -> Path:
+    return Path(checkpoint) if checkpoint else Path(output_dir) / "checkpoints" / "last.pt"
+
+
+def _bilm_from_state(state: Dict[str, Any]) -> BiLM:
+    """The inference biLM of a checkpoint (the softmax is left out)."""
+    bilm = BiLM(BiLMOptions.from_dict(state["options"]))
+    prefix = "bilm."
+    bilm.load_state_dict({k[len(prefix):]: v for k, v in state["model"].items() if k.startswith(prefix)})
+    return bilm.eval()
+
+
+def export_pipeline(output_dir: Path, target: Path, lang: Optional[str] = None, checkpoint: Optional[Path] = None) -> Path:
+    """Write a spaCy pipeline (``spacy.blank(lang)`` + an ``elmo`` component
+    holding the checkpoint's biLM) to ``target``; load it with
+    ``spacy.load(target)``. ``lang`` defaults to the language whose tokenizer
+    split the training text. Needs the spaCy integration
+    (``spacy_elmo.pipeline``)."""
+    try:
+        from ..pipeline import add_elmo
+    except ImportError as err:
+        raise ValueError(
+            f"exporting a spaCy pipeline needs spacy_elmo's spaCy integration (spacy_elmo.pipeline): {err}; "
+            "export to hdf5 + options instead and load those with the elmo component"
+        ) from None
+    import spacy
+
+    state = load_checkpoint(_checkpoint_path(output_dir, checkpoint))
+    lang = lang or state["config"].get("lang") or "en"
+    nlp = spacy.blank(lang)
+    add_elmo(nlp, bilm=_bilm_from_state(state))
+    nlp.meta["name"] = "elmo_pretrained"
+    nlp.meta["description"] = f"biLM pretrained with spacy_elmo ({int(state['step'])} steps)"
+    target = Path(target)
+    nlp.to_disk(target)
+    return target
 
 
 def read_log(path: Path) -> List[Dict[str, Any]]:
