@@ -396,3 +396,44 @@ def test_cuda_mixed_precision_training_learns(tmp_path, precision):
     config = tiny_config(tmp_path, corpus, device="cuda", precision=precision, max_steps=150, lr=0.01, dropout=0.0, checkpoint_every=50)
     summary = pretrain(config, progress=False)
     assert summary["dev"]["dev_ppl"] < 0.5 * summary["unigram_dev_ppl"], summary
+
+
+@pytest.mark.slow
+def test_torchrun_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
+    """SIGTERM to the torchrun agent (what a scheduler sends): the workers
+    checkpoint and stop; ``--resume`` with 2 processes reaches the weights of
+    an uninterrupted 2-process run exactly."""
+    import subprocess
+    import time
+
+    import spacy_elmo
+
+    corpus = write_corpus(tmp_path, 400)
+    options = tmp_path / "options.json"
+    options.write_text(json.dumps(small_options()), encoding="utf-8")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(spacy_elmo.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
+
+    def command(output, *extra):
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "spacy_elmo",
+                "pretrain", str(corpus), "-o", str(tmp_path / output), "--options", str(options), "--max-steps", "300",
+                "--batch-size", "8", "--dropout", "0.2", "--threads", "1", "--no-progress", "--log-every", "10",
+                "--eval-every", "100000", "--checkpoint-every", "100000", *extra]
+
+    subprocess.run(command("full"), env=env, check=True, capture_output=True, timeout=240)
+    proc = subprocess.Popen(command("split"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "split" / "log.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if log.exists() and any(r.get("event") == "train" and r["step"] >= 50 for r in read_log(log)):
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    stopped = [r for r in read_log(log) if r["event"] == "stopped"]
+    assert stopped and 50 <= stopped[0]["step"] < 300
+    subprocess.run(command("split", "--resume"), env=env, check=True, capture_output=True, timeout=240)
+    full, split = _state(tmp_path / "full"), _state(tmp_path / "split")
+    assert full["step"] == split["step"] == 300
+    for name, value in full["model"].items():
+        assert torch.equal(value, split["model"][name]), name
