@@ -38,6 +38,7 @@ import math
 import os
 import signal
 import time
+import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -419,6 +420,9 @@ def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torc
         step, tokens_seen = 0, 0
     train_model: nn.Module = model
     if info.enabled:
+        # Width-1 char-CNN filters get gradients in a transposed layout; DDP
+        # copies them into its buckets correctly but warns once per rank.
+        warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
         train_model = nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None, find_unused_parameters=True
         )
