@@ -1,0 +1,670 @@
+"""Pretraining a biLM on one's own text.
+
+What is trained is exactly the inference model, :class:`spacy_elmo.bilm.BiLM`
+(char-CNN shared by both directions, separate forward and backward LSTM
+stacks), plus one adaptive softmax shared by both directions
+(:class:`spacy_elmo.bilm.lm_head.LMHead`).
+
+**Stateless training.** Every sentence (or window of at most ``max_tokens``
+tokens) starts from a zero LSTM state, in both directions, and sentences are
+independent. bilm-tf instead cut a continuous token stream into 20-step pieces
+and carried the LSTM state from one batch to the next (truncated BPTT), so its
+LSTMs saw "warm" states that run on from earlier text. Our inference is
+deterministic and stateless (a sentence's vectors do not depend on what was
+embedded before it), so we train in the same regime: the model never has to
+cope at inference with a zero state it never saw in training, and gradients
+flow through whole sentences (up to ``max_tokens``) rather than 20 steps.
+The cost: no context across sentence boundaries, and padding/sorting work
+since sentences vary in length (batches are bucketed by length).
+
+**Optimisation.** Adam (default lr 1e-3) or Adagrad (bilm-tf's choice: lr 0.2,
+initial accumulator 1.0); linear warm-up then linear decay to zero at
+``max_steps`` (or constant after warm-up); gradients clipped to a global norm
+of 10 (bilm-tf's value); dropout (default 0.1) on the input of every LSTM
+layer and on the top layer before the softmax. The loss is the mean NLL per
+target token, averaged over the two directions.
+
+**Determinism and resume.** The data order is a function of ``seed`` and the
+epoch only (a seeded permutation, then length buckets), and step ``s`` reads
+the batch at a fixed position of that order, so a resumed run jumps straight to
+its data. A checkpoint holds the model, optimizer, scheduler and GradScaler
+states, the step, and every rank's RNG states (as tensors, so it loads with
+``torch.load(weights_only=True)``); resuming from it gives the same weights
+as an uninterrupted run (same machine, same thread count).
+"""
+import json
+import logging
+import math
+import os
+import signal
+import time
+import warnings
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy
+import torch
+from torch import nn
+
+from ..bilm.chars import boundary_char_ids, token_char_ids
+from ..bilm.lm_head import LMHead
+from ..bilm.model import BiLM
+from ..bilm.options import BiLMOptions
+from . import distributed as D
+from .corpus import BOS_TYPE, EOS_TYPE, N_RESERVED_TYPES, Corpus, read_corpus
+from .vocab import Vocab
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_FORMAT = "spacy_elmo.pretrain.checkpoint/1"
+PRECISIONS = ("fp32", "bf16", "fp16")
+OPTIMIZERS = {"adam": 1e-3, "adagrad": 0.2}
+SCHEDULES = ("linear", "constant")
+
+
+@dataclass
+class PretrainConfig:
+    """Everything that defines a pretraining run (saved as config.json)."""
+
+    train: List[str]
+    output: str
+    dev: List[str] = field(default_factory=list)
+    options: Optional[str] = None
+    shape: Optional[str] = None
+    lang: str = "en"
+    max_tokens: int = 100
+    max_line_chars: int = 100_000
+    strict: bool = False
+    vocab: Optional[str] = None
+    vocab_size: int = 50_000
+    min_count: int = 1
+    cutoffs: Optional[List[int]] = None
+    dev_fraction: float = 0.01
+    max_dev_windows: int = 2000
+    batch_size: int = 32
+    max_steps: int = 10_000
+    optimizer: str = "adam"
+    lr: Optional[float] = None
+    warmup_steps: int = 0
+    schedule: str = "linear"
+    clip_norm: float = 10.0
+    dropout: float = 0.1
+    seed: int = 0
+    log_every: int = 10
+    eval_every: int = 500
+    checkpoint_every: int = 1000
+    device: str = "cpu"
+    precision: str = "fp32"
+
+    #: Fields that may change when resuming (they do not change the weights).
+    RESUMABLE_CHANGES = ("output", "log_every", "eval_every", "checkpoint_every", "device", "train", "dev")
+
+    def validate(self) -> None:
+        problems = []
+        if not self.train:
+            problems.append("no training corpus given")
+        if (self.options is None) == (self.shape is None):
+            problems.append("give exactly one of options (a JSON file) and shape (small, medium, original)")
+        for name in ("max_tokens", "batch_size", "max_steps", "log_every", "eval_every", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1, found {getattr(self, name)}")
+        if self.warmup_steps < 0:
+            problems.append(f"warmup_steps must be >= 0, found {self.warmup_steps}")
+        if self.optimizer not in OPTIMIZERS:
+            problems.append(f"optimizer must be one of {sorted(OPTIMIZERS)}, found {self.optimizer!r}")
+        if self.schedule not in SCHEDULES:
+            problems.append(f"schedule must be one of {SCHEDULES}, found {self.schedule!r}")
+        if self.precision not in PRECISIONS:
+            problems.append(f"precision must be one of {PRECISIONS}, found {self.precision!r}")
+        if self.precision == "fp16" and not self.device.startswith("cuda"):
+            problems.append("precision fp16 needs a CUDA device (use bf16 or fp32 on CPU)")
+        if not 0.0 <= self.dropout < 1.0:
+            problems.append(f"dropout must be in [0, 1), found {self.dropout}")
+        if not 0.0 <= self.dev_fraction < 1.0:
+            problems.append(f"dev_fraction must be in [0, 1), found {self.dev_fraction}")
+        if self.clip_norm <= 0:
+            problems.append(f"clip_norm must be > 0, found {self.clip_norm}")
+        if self.lr is not None and self.lr <= 0:
+            problems.append(f"lr must be > 0, found {self.lr}")
+        if problems:
+            raise ValueError("invalid pretraining settings: " + "; ".join(problems))
+
+    @property
+    def learning_rate(self) -> float:
+        return self.lr if self.lr is not None else OPTIMIZERS[self.optimizer]
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "PretrainConfig":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+# ------------------------------------------------------------------- model
+class PretrainModel(nn.Module):
+    """BiLM + shared softmax; ``forward`` returns the summed NLL of each
+    direction and the number of targets per direction."""
+
+    def __init__(self, options: BiLMOptions, vocab_size: int, dropout: float = 0.1, cutoffs: Optional[Sequence[int]] = None) -> None:
+        super().__init__()
+        self.bilm = BiLM(options, dropout=dropout)
+        self.head = LMHead(options.projection_dim, vocab_size, cutoffs)
+        self.output_dropout = dropout
+
+    def top_layer(self, char_ids: torch.Tensor) -> torch.Tensor:
+        top = self.bilm(char_ids).layers[-1]
+        return nn.functional.dropout(top, self.output_dropout, self.training)
+
+    def forward(self, char_ids: torch.Tensor, targets: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, int]:
+        return self.head(self.top_layer(char_ids), targets)
+
+
+# -------------------------------------------------------------------- data
+class Batcher:
+    """Turns windows of type ids into (char ids, target word ids) tensors."""
+
+    def __init__(self, corpus: Corpus, vocab: Vocab, max_chars: int) -> None:
+        self.corpus = corpus
+        n = len(corpus.types)
+        chars = numpy.zeros((n, max_chars), dtype=numpy.int16)
+        bos, eos = boundary_char_ids(max_chars)
+        chars[BOS_TYPE], chars[EOS_TYPE] = bos, eos
+        to_vocab = numpy.full(n, -1, dtype=numpy.int64)
+        to_vocab[BOS_TYPE], to_vocab[EOS_TYPE] = vocab.bos_id, vocab.eos_id
+        for i in range(N_RESERVED_TYPES, n):
+            chars[i] = token_char_ids(corpus.types[i], max_chars)
+            to_vocab[i] = vocab.get(corpus.types[i])
+        self.type_chars = chars
+        self.type_vocab = to_vocab
+
+    def __call__(self, windows: Sequence[int], device: torch.device) -> Tuple[torch.Tensor, torch.Tensor, int]:
+        rows = [self.corpus.window(int(i)) for i in windows]
+        width = max(len(r) for r in rows) + 2
+        types = numpy.zeros((len(rows), width), dtype=numpy.int64)
+        for r, ids in enumerate(rows):
+            types[r, 0] = BOS_TYPE
+            types[r, 1 : len(ids) + 1] = ids
+            types[r, len(ids) + 1] = EOS_TYPE
+        char_ids = torch.from_numpy(self.type_chars[types].astype(numpy.int64)).to(device)
+        targets = torch.from_numpy(self.type_vocab[types]).to(device)
+        return char_ids, targets, sum(len(r) for r in rows)
+
+
+def epoch_batches(lengths: numpy.ndarray, batch_size: int, seed: int, epoch: int) -> List[numpy.ndarray]:
+    """The batches of one epoch (positions into ``lengths``): a permutation
+    seeded by (seed, epoch), cut into pools of 50 batches, each pool sorted by
+    length (less padding) and cut into batches, then the batches shuffled.
+    A deterministic function of its arguments."""
+    rng = numpy.random.default_rng([seed, epoch])
+    perm = rng.permutation(len(lengths))
+    pool = batch_size * 50
+    batches = []
+    for start in range(0, len(perm), pool):
+        chunk = perm[start : start + pool]
+        chunk = chunk[numpy.argsort(lengths[chunk], kind="stable")]
+        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
+    order = rng.permutation(len(batches))
+    return [batches[i] for i in order]
+
+
+def split_dev(n_windows: int, fraction: float, max_windows: int, seed: int) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    """Held-out windows chosen by a seeded permutation: (train, dev) indices."""
+    if fraction <= 0 or n_windows < 2:
+        return numpy.arange(n_windows), numpy.zeros(0, dtype=numpy.int64)
+    n_dev = min(max_windows, max(1, int(round(n_windows * fraction))), n_windows - 1)
+    perm = numpy.random.default_rng([seed, 7919]).permutation(n_windows)
+    return numpy.sort(perm[n_dev:]), numpy.sort(perm[:n_dev])
+
+
+def unigram_perplexity(train_counts: numpy.ndarray, n_train_windows: int, dev_targets: numpy.ndarray, n_dev_windows: int) -> float:
+    """Perplexity of an add-one unigram model of the training targets on the dev
+    targets (one direction: the tokens plus one sentence boundary per window;
+    both directions give the same value). ``train_counts``: per vocab id."""
+    counts = train_counts.astype(numpy.float64).copy()
+    counts[0] = counts[1] = 0.0
+    counts[1] = n_train_windows  # the boundary predicted once per window
+    counts += 1.0
+    logp = numpy.log(counts / counts.sum())
+    total = -(logp[dev_targets].sum() + n_dev_windows * logp[1])
+    return float(math.exp(total / (len(dev_targets) + n_dev_windows)))
+
+
+# ---------------------------------------------------------------- helpers
+def _load_options(config: PretrainConfig) -> BiLMOptions:
+    if config.shape is not None:
+        from ..benchmark import PUBLISHED, published_options
+
+        if config.shape not in PUBLISHED:
+            raise ValueError(f"shape must be one of {sorted(PUBLISHED)}, found {config.shape!r}")
+        return published_options(config.shape)
+    return BiLMOptions.from_file(config.options)  # type: ignore[arg-type]
+
+
+def _make_optimizer(config: PretrainConfig, params) -> torch.optim.Optimizer:
+    if config.optimizer == "adagrad":
+        return torch.optim.Adagrad(params, lr=config.learning_rate, initial_accumulator_value=1.0)
+    return torch.optim.Adam(params, lr=config.learning_rate)
+
+
+def _lr_factor(config: PretrainConfig) -> Callable[[int], float]:
+    warmup, total, linear = config.warmup_steps, config.max_steps, config.schedule == "linear"
+
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if linear:
+            return max(0.0, (total - step) / max(1, total - warmup))
+        return 1.0
+
+    return factor
+
+
+def _autocast(config: PretrainConfig, device: torch.device):
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
+    return torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+
+
+def _rng_state(device: torch.device) -> Dict[str, Any]:
+    state = {"torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _set_rng_state(state: Dict[str, Any], device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def _atomic_save(obj: Any, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path) -> Dict[str, Any]:
+    """Load a checkpoint without unpickling arbitrary objects."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"checkpoint not found: {path}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise ValueError(f"cannot load checkpoint {path} (weights_only): {err}") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not a spacy_elmo pretraining checkpoint")
+    return state
+
+
+class _StopFlag:
+    """SIGTERM/SIGINT -> finish the current step, checkpoint, stop."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Dict[int, Any] = {}
+
+    def _handler(self, signum, frame) -> None:
+        self.requested = True
+
+    def __enter__(self) -> "_StopFlag":
+        try:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handler)
+        except ValueError:  # not the main thread: no handlers
+            pass
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+# ------------------------------------------------------------------ train
+def pretrain(
+    config: PretrainConfig,
+    resume: bool = False,
+    progress: bool = True,
+    callback: Optional[Callable[[int, Dict[str, Any]], None]] = None,
+) -> Dict[str, Any]:
+    """Train (or resume) a biLM; returns a summary dict. See the module doc."""
+    config.validate()
+    device = torch.device(config.device)
+    info = D.setup(config.device)
+    if info.enabled and device.type == "cuda":
+        device = torch.device("cuda", info.local_rank)
+    try:
+        return _pretrain(config, resume, progress, callback, info, device)
+    finally:
+        D.teardown(info)
+
+
+def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torch.device) -> Dict[str, Any]:
+    out = Path(config.output)
+    ckpt_dir = out / "checkpoints"
+    last = ckpt_dir / "last.pt"
+    checkpoint = None
+    if resume:
+        checkpoint = load_checkpoint(last)
+        _check_resume(checkpoint, config, info)
+    elif last.exists():
+        raise ValueError(f"{out} already holds a checkpoint; use --resume to continue it or choose another output")
+    options = _load_options(config)
+
+    # Corpus, split, vocabulary (every rank computes the same).
+    corpus = read_corpus(config.train, config.lang, config.max_tokens, config.max_line_chars, config.strict)
+    if config.dev:
+        dev_corpus = read_corpus(config.dev, config.lang, config.max_tokens, config.max_line_chars, config.strict)
+        train_idx = numpy.arange(len(corpus))
+        dev_idx = numpy.arange(len(dev_corpus))
+    else:
+        dev_corpus = corpus
+        train_idx, dev_idx = split_dev(len(corpus), config.dev_fraction, config.max_dev_windows, config.seed)
+    type_counts = numpy.array(corpus.counts, dtype=numpy.int64)
+    if dev_corpus is corpus:
+        for w in dev_idx:
+            numpy.subtract.at(type_counts, corpus.window(int(w)), 1)
+    if config.vocab:
+        vocab = Vocab.from_file(config.vocab)
+    else:
+        from collections import Counter
+
+        vocab = Vocab.build(
+            Counter({corpus.types[i]: int(c) for i, c in enumerate(type_counts) if i >= N_RESERVED_TYPES and c > 0}),
+            config.vocab_size,
+            config.min_count,
+        )
+    options.extra["n_tokens_vocab"] = len(vocab)
+    batcher = Batcher(corpus, vocab, options.max_characters_per_token)
+    dev_batcher = batcher if dev_corpus is corpus else Batcher(dev_corpus, vocab, options.max_characters_per_token)
+
+    # Vocab-id counts of the training targets, for the unigram baseline.
+    vocab_counts = numpy.zeros(len(vocab), dtype=numpy.int64)
+    numpy.add.at(vocab_counts, batcher.type_vocab[N_RESERVED_TYPES:], type_counts[N_RESERVED_TYPES:])
+    dev_targets = numpy.concatenate([dev_batcher.type_vocab[dev_corpus.window(int(w))] for w in dev_idx]) if len(dev_idx) else numpy.zeros(0, numpy.int64)
+    unigram_ppl = unigram_perplexity(vocab_counts, len(train_idx), dev_targets, len(dev_idx)) if len(dev_idx) else None
+
+    train_lengths = numpy.array([len(corpus.window(int(i))) for i in train_idx], dtype=numpy.int64)
+    n_batches = len(epoch_batches(train_lengths, config.batch_size, config.seed, 0))
+    steps_per_epoch = n_batches // info.world_size
+    if steps_per_epoch < 1:
+        raise ValueError(
+            f"the corpus gives {n_batches} batches of {config.batch_size}, fewer than the {info.world_size} processes; "
+            "use a smaller batch size or more text"
+        )
+    dev_order = dev_idx[numpy.argsort([len(dev_corpus.window(int(i))) for i in dev_idx], kind="stable")] if len(dev_idx) else dev_idx
+    dev_batches = [dev_order[i : i + config.batch_size] for i in range(0, len(dev_order), config.batch_size)]
+    dev_batches = dev_batches[info.rank :: info.world_size]
+
+    # Model, optimizer, schedule.
+    torch.manual_seed(config.seed)
+    model = PretrainModel(options, len(vocab), config.dropout, config.cutoffs).to(device)
+    optimizer = _make_optimizer(config, model.parameters())
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(config))
+    scaler = torch.amp.GradScaler("cuda", enabled=config.precision == "fp16")
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        scheduler.load_state_dict(checkpoint["scheduler"])
+        if checkpoint.get("scaler"):
+            scaler.load_state_dict(checkpoint["scaler"])
+        _set_rng_state(checkpoint["rng"][info.rank], device)
+        step = int(checkpoint["step"])
+        tokens_seen = int(checkpoint["tokens_seen"])
+    else:
+        # Different dropout masks on each rank; the weights are the same.
+        torch.manual_seed(config.seed * 1000 + 1 + info.rank)
+        step, tokens_seen = 0, 0
+    train_model: nn.Module = model
+    if info.enabled:
+        # Width-1 char-CNN filters get gradients in a transposed layout; DDP
+        # copies them into its buckets correctly but warns once per rank.
+        warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
+        train_model = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None, find_unused_parameters=True
+        )
+    n_params = sum(p.numel() for p in model.parameters())
+
+    log = _Log(out / "log.jsonl", info.is_main)
+    if info.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        ckpt_dir.mkdir(exist_ok=True)
+        (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n", encoding="utf-8")
+        vocab.to_file(out / "vocab.txt")
+        options.to_file(out / "options.json")
+        log.write(
+            event="resume" if checkpoint else "start", step=step, world_size=info.world_size,
+            corpus=corpus.stats.to_dict(), train_windows=int(len(train_idx)), dev_windows=int(len(dev_idx)),
+            vocab_size=len(vocab), cutoffs=model.head.cutoffs, parameters=n_params,
+            steps_per_epoch=steps_per_epoch, unigram_dev_ppl=unigram_ppl,
+        )
+        logger.info("corpus: %s", corpus.stats.summary())
+
+    def save(reason: str) -> None:
+        rng = D.gather_to_main(info, _rng_state(device))
+        if info.is_main:
+            epoch, k = divmod(step, steps_per_epoch)
+            _atomic_save(
+                {
+                    "format": CHECKPOINT_FORMAT, "step": step, "epoch": epoch, "batch_in_epoch": k * info.world_size,
+                    "tokens_seen": tokens_seen, "world_size": info.world_size, "config": config.to_dict(),
+                    "options": options.to_dict(), "vocab": list(vocab.words),
+                    "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(), "rng": rng,
+                },
+                last,
+            )
+            log.write(event="checkpoint", step=step, reason=reason)
+        D.barrier(info)
+
+    def evaluate() -> Optional[Dict[str, float]]:
+        if not len(dev_idx):
+            return None
+        model.eval()
+        sums = [0.0, 0.0, 0.0]
+        with torch.no_grad(), _autocast(config, device):
+            for idx in dev_batches:
+                char_ids, targets, _ = dev_batcher(idx, device)
+                (xf, yf), (xb, yb) = LMHead.split_directions(model.top_layer(char_ids), targets)
+                sums[0] += float(model.head.exact_nll(xf.float(), yf))
+                sums[1] += float(model.head.exact_nll(xb.float(), yb))
+                sums[2] += yf.numel()
+        nll_f, nll_b, n = D.all_sum(info, sums, device)
+        result = {
+            "dev_ppl_forward": math.exp(nll_f / n), "dev_ppl_backward": math.exp(nll_b / n),
+            "dev_ppl": math.exp((nll_f + nll_b) / (2 * n)), "dev_tokens": int(n),
+        }
+        log.write(event="eval", step=step, **result)
+        return result
+
+    bar = None
+    if progress and info.is_main:
+        from tqdm import tqdm
+
+        bar = tqdm(total=config.max_steps, initial=step, unit="step", dynamic_ncols=True)
+    epoch_cache: Dict[int, List[numpy.ndarray]] = {}
+    window_sums = [0.0, 0.0, 0.0, 0.0]  # nll_f, nll_b, targets, tokens since the last log
+    last_log_time = time.perf_counter()
+    start_time = last_log_time
+    last_eval = None
+    stopped = False
+    with _StopFlag() as stop:
+        while step < config.max_steps:
+            epoch, k = divmod(step, steps_per_epoch)
+            if epoch not in epoch_cache:
+                epoch_cache = {epoch: epoch_batches(train_lengths, config.batch_size, config.seed, epoch)}
+            windows = train_idx[epoch_cache[epoch][k * info.world_size + info.rank]]
+            char_ids, targets, n_tokens = batcher(windows, device)
+            model.train()
+            with _autocast(config, device):
+                nll_f, nll_b, n = train_model(char_ids, targets)
+                loss = (nll_f + nll_b) / (2 * max(n, 1))
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm))
+            scaler.step(optimizer)
+            scaler.update()
+            scheduler.step()
+            step += 1
+            window_sums[0] += float(nll_f.detach())
+            window_sums[1] += float(nll_b.detach())
+            window_sums[2] += n
+            window_sums[3] += n_tokens
+            tokens_seen += n_tokens * info.world_size  # exact total is logged below
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{float(loss.detach()):.3f}", refresh=False)
+            if step % config.log_every == 0 or step == config.max_steps:
+                f, b, nt, tok = D.all_sum(info, window_sums, device)
+                now = time.perf_counter()
+                rate = tok / max(now - last_log_time, 1e-9)
+                log.write(
+                    event="train", step=step, epoch=epoch, loss=(f + b) / (2 * nt), ppl_forward=math.exp(f / nt),
+                    ppl_backward=math.exp(b / nt), lr=scheduler.get_last_lr()[0], grad_norm=grad_norm,
+                    tokens_per_s=rate, elapsed_s=now - start_time,
+                )
+                if bar is not None:
+                    bar.set_postfix(loss=f"{(f + b) / (2 * nt):.3f}", tok_s=f"{rate:.0f}")
+                window_sums = [0.0, 0.0, 0.0, 0.0]
+                last_log_time = now
+            if step % config.eval_every == 0 and step < config.max_steps:
+                last_eval = evaluate()
+            if step % config.checkpoint_every == 0 and step < config.max_steps:
+                save("every")
+            if callback is not None:
+                callback(step, {"loss": float(loss.detach()), "model": model, "windows": windows.tolist()})
+            if D.any_flag(info, stop.requested, device):
+                stopped = True
+                break
+    if bar is not None:
+        bar.close()
+    if stopped:
+        save("signal")
+        log.write(event="stopped", step=step)
+        return {"step": step, "stopped": True, "output": str(out)}
+    last_eval = evaluate()
+    save("end")
+    summary = {"step": step, "stopped": False, "output": str(out), "unigram_dev_ppl": unigram_ppl, "dev": last_eval}
+    if info.is_main:
+        export(out, out / "export")
+        log.write(event="end", step=step, dev=last_eval, unigram_dev_ppl=unigram_ppl)
+        try:
+            plot_learning_curve(out / "log.jsonl", out / "learning_curve.png")
+        except Exception as err:  # a plot must never lose a finished run
+            logger.warning("learning curve not written: %s", err)
+    return summary
+
+
+def _check_resume(checkpoint: Dict[str, Any], config: PretrainConfig, info: D.DistInfo) -> None:
+    saved = checkpoint["config"]
+    current = config.to_dict()
+    diffs = [
+        f"{k}: {saved.get(k)!r} -> {current[k]!r}"
+        for k in current
+        if k not in PretrainConfig.RESUMABLE_CHANGES and saved.get(k) != current[k]
+        and not (k == "max_steps" and config.schedule == "constant")
+    ]
+    if int(checkpoint["world_size"]) != info.world_size:
+        diffs.append(f"world size: {checkpoint['world_size']} -> {info.world_size}")
+    if diffs:
+        raise ValueError("cannot resume: settings differ from the checkpoint's: " + "; ".join(diffs))
+
+
+class _Log:
+    def __init__(self, path: Path, enabled: bool) -> None:
+        self.path = path
+        self.enabled = enabled
+
+    def write(self, **record: Any) -> None:
+        if not self.enabled:
+            return
+        record = {"time": time.time(), **record}
+        with open(self.path, "a", encoding="utf-8") as fout:
+            fout.write(json.dumps(record) + "\n")
+
+
+# ------------------------------------------------------------- export/plot
+def export(output_dir: Path, export_dir: Path, checkpoint: Optional[Path] = None) -> Path:
+    """Write the checkpoint's biLM in the published format: ``weights.hdf5``,
+    ``options.json`` and the vocabulary ``vocab.txt``."""
+    state = load_checkpoint(_checkpoint_path(output_dir, checkpoint))
+    bilm = _bilm_from_state(state)
+    export_dir = Path(export_dir)
+    export_dir.mkdir(parents=True, exist_ok=True)
+    bilm.to_hdf5(export_dir / "weights.hdf5", export_dir / "options.json")
+    Vocab(state["vocab"]).to_file(export_dir / "vocab.txt")
+    return export_dir
+
+
+def _checkpoint_path(output_dir: Path, checkpoint: Optional[Path]) -> Path:
+    return Path(checkpoint) if checkpoint else Path(output_dir) / "checkpoints" / "last.pt"
+
+
+def _bilm_from_state(state: Dict[str, Any]) -> BiLM:
+    """The inference biLM of a checkpoint (the softmax is left out)."""
+    bilm = BiLM(BiLMOptions.from_dict(state["options"]))
+    prefix = "bilm."
+    bilm.load_state_dict({k[len(prefix):]: v for k, v in state["model"].items() if k.startswith(prefix)})
+    return bilm.eval()
+
+
+def export_pipeline(output_dir: Path, target: Path, lang: Optional[str] = None, checkpoint: Optional[Path] = None) -> Path:
+    """Write a spaCy pipeline (``spacy.blank(lang)`` + an ``elmo`` component
+    holding the checkpoint's biLM) to ``target``; load it with
+    ``spacy.load(target)``. ``lang`` defaults to the language whose tokenizer
+    split the training text. Needs the spaCy integration
+    (``spacy_elmo.pipeline``)."""
+    try:
+        from ..pipeline import add_elmo
+    except ImportError as err:
+        raise ValueError(
+            f"exporting a spaCy pipeline needs spacy_elmo's spaCy integration (spacy_elmo.pipeline): {err}; "
+            "export to hdf5 + options instead and load those with the elmo component"
+        ) from None
+    import spacy
+
+    state = load_checkpoint(_checkpoint_path(output_dir, checkpoint))
+    lang = lang or state["config"].get("lang") or "en"
+    nlp = spacy.blank(lang)
+    add_elmo(nlp, bilm=_bilm_from_state(state))
+    nlp.meta["name"] = "elmo_pretrained"
+    nlp.meta["description"] = f"biLM pretrained with spacy_elmo ({int(state['step'])} steps)"
+    target = Path(target)
+    nlp.to_disk(target)
+    return target
+
+
+def read_log(path: Path) -> List[Dict[str, Any]]:
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def plot_learning_curve(log_path: Path, png_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_log(log_path)
+    train = [r for r in records if r.get("event") == "train"]
+    evals = [r for r in records if r.get("event") == "eval"]
+    unigram = next((r.get("unigram_dev_ppl") for r in records if r.get("unigram_dev_ppl")), None)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if train:
+        ax.plot([r["step"] for r in train], [math.exp(r["loss"]) for r in train], label="train (dropout on)", alpha=0.6)
+    for key, label in (("dev_ppl", "held-out, geometric mean"), ("dev_ppl_forward", "held-out, forward"), ("dev_ppl_backward", "held-out, backward")):
+        if evals:
+            ax.plot([r["step"] for r in evals], [r[key] for r in evals], marker="o", label=label)
+    if unigram:
+        ax.axhline(unigram, color="grey", linestyle="--", label="held-out unigram")
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("perplexity")
+    ax.legend()
+    ax.set_title("biLM pretraining")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,78 @@
+"""Tiny corpora and configs for the pretraining tests."""
+import json
+import random
+from pathlib import Path
+
+import sys
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import small_options  # noqa: E402
+
+SUBJECTS = ["the cat", "a dog", "my sister", "the old man", "our teacher", "the children", "a bird"]
+VERBS = {"the children": ["eat", "see", "like"], "default": ["eats", "sees", "likes"]}
+OBJECTS = ["the fish", "an apple", "the red ball", "some bread", "the garden", "a small house"]
+ENDINGS = [".", "today .", "every morning .", "again ."]
+
+
+def make_lines(n: int, seed: int = 0):
+    """Repetitive but non-trivial sentences: agreement, fixed phrases, endings."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(n):
+        subj = rng.choice(SUBJECTS)
+        verb = rng.choice(VERBS.get(subj, VERBS["default"]))
+        line = f"{subj} {verb} {rng.choice(OBJECTS)} {rng.choice(ENDINGS)}"
+        if rng.random() < 0.3:
+            line = line[:-2] + f" and {rng.choice(SUBJECTS)} {rng.choice(VERBS['default'])} {rng.choice(OBJECTS)} ."
+        lines.append(line[0].upper() + line[1:])
+    return lines
+
+
+def write_corpus(directory: Path, n: int = 300, seed: int = 0) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "train.txt"
+    path.write_text("\n".join(make_lines(n, seed)) + "\n", encoding="utf-8")
+    return path
+
+
+def write_options(directory: Path, **changes) -> Path:
+    path = directory / "options.json"
+    text = json.dumps(small_options(**changes))
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def tiny_config(tmp: Path, corpus: Path, output: str = "out", **kw):
+    from spacy_elmo.pretrain import PretrainConfig
+
+    settings = dict(
+        train=[str(corpus)], output=str(tmp / output), options=str(write_options(tmp)),
+        batch_size=8, max_steps=6, dropout=0.1, dev_fraction=0.1, eval_every=1000,
+        checkpoint_every=1000, log_every=1, lr=3e-3,
+    )
+    settings.update(kw)
+    return PretrainConfig(**settings)
+
+
+def distributed_worker(rank: int, world_size: int, port: int, tmp: str, corpus: str) -> None:
+    """One process of a gloo run (torch.multiprocessing.spawn target)."""
+    import os
+
+    import torch
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    from spacy_elmo.pretrain import trainer
+
+    seen = []
+    tmp_path = Path(tmp)
+    config = tiny_config(tmp_path, Path(corpus), max_steps=4, eval_every=2, log_every=1, dropout=0.1)
+    kept = {}
+
+    def keep(step, info):
+        seen.append(info["windows"])
+        kept["params"] = {k: v.detach().clone() for k, v in info["model"].state_dict().items()}
+
+    trainer.pretrain(config, progress=False, callback=keep)
+    torch.save({"seen": seen, "params": kept["params"]}, tmp_path / f"rank{rank}.pt")

@@ -1,0 +1,439 @@
+"""Pretraining: learning, resume, distributed, export, bad corpora (all tiny)."""
+import json
+import os
+import signal
+import socket
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from pretrain_helpers import distributed_worker, make_lines, tiny_config, write_corpus  # noqa: E402
+
+from spacy_elmo import BiLM  # noqa: E402
+from spacy_elmo.bilm.chars import batch_to_char_ids  # noqa: E402
+from spacy_elmo.bilm.lm_head import LMHead, default_cutoffs  # noqa: E402
+from spacy_elmo.pretrain import PretrainConfig, Vocab, export, load_checkpoint, pretrain, read_corpus  # noqa: E402
+from spacy_elmo.pretrain.trainer import PretrainModel, epoch_batches, read_log, unigram_perplexity  # noqa: E402
+from spacy_elmo.bilm.options import BiLMOptions  # noqa: E402
+from conftest import small_options  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# ---------------------------------------------------------------- head/vocab
+def test_lm_head_loss_is_exact_full_softmax_nll():
+    torch.manual_seed(0)
+    head = LMHead(8, 50, cutoffs=[10, 30])
+    x, y = torch.randn(40, 8), torch.randint(0, 50, (40,))
+    logp = head.log_prob(x)
+    assert torch.allclose(logp.exp().sum(1), torch.ones(40), atol=1e-5)
+    assert torch.allclose(head.nll(x, y).double(), head.exact_nll(x, y), atol=1e-4)
+
+
+def test_lm_head_pairs_forward_with_next_and_backward_with_previous_word():
+    top = torch.arange(2 * 4 * 2, dtype=torch.float).view(2, 4, 2)  # P = 1
+    targets = torch.tensor([[0, 5, 6, 1], [0, 7, 1, -1]])
+    (xf, yf), (xb, yb) = LMHead.split_directions(top, targets)
+    assert yf.tolist() == [5, 6, 1, 7, 1] and yb.tolist() == [0, 5, 6, 0, 7]
+    assert xf[:, 0].tolist() == [0, 2, 4, 8, 10]  # forward half at positions 0..n
+    assert xb[:, 0].tolist() == [3, 5, 7, 11, 13]  # backward half at positions 1..n+1
+    assert default_cutoffs(5) == [2] and default_cutoffs(50_000) == [2000, 20000]
+
+
+def test_vocab_build_save_load(tmp_path):
+    vocab = Vocab.build(Counter({"b": 3, "a": 3, "c": 1, "<S>": 9, "x y": 5}), max_size=5)
+    assert vocab.words == ["<S>", "</S>", "<UNK>", "a", "b"]
+    vocab.to_file(tmp_path / "v.txt")
+    assert Vocab.from_file(tmp_path / "v.txt").words == vocab.words
+    assert vocab.get("zzz") == vocab.unk_id
+    (tmp_path / "bad.txt").write_text("a\nb\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="bad.txt"):
+        Vocab.from_file(tmp_path / "bad.txt")
+
+
+def test_data_order_is_a_function_of_seed_and_epoch():
+    lengths = numpy.random.default_rng(0).integers(1, 30, 100)
+    a = epoch_batches(lengths, 8, seed=1, epoch=2)
+    assert [b.tolist() for b in a] == [b.tolist() for b in epoch_batches(lengths, 8, seed=1, epoch=2)]
+    assert [b.tolist() for b in a] != [b.tolist() for b in epoch_batches(lengths, 8, seed=1, epoch=3)]
+    assert sorted(numpy.concatenate(a).tolist()) == list(range(100))
+
+
+def test_unigram_perplexity_of_uniform_counts():
+    # 4 words seen equally, one boundary per window: uniform over 5 outcomes.
+    counts = numpy.array([0, 0, 0, 10, 10, 10, 10])
+    ppl = unigram_perplexity(counts - numpy.array([0, 0, 0, 0, 0, 0, 0]), 10, numpy.array([3, 4, 5, 6]), 1)
+    assert 5.0 < ppl < 6.0  # add-one smoothing moves a little mass to the specials
+
+
+# ------------------------------------------------------------------ learning
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    torch.set_num_threads(1)
+    tmp = tmp_path_factory.mktemp("learn")
+    corpus = write_corpus(tmp, 300)
+    config = tiny_config(tmp, corpus, max_steps=300, lr=0.03, dropout=0.0, eval_every=100, log_every=20)
+    summary = pretrain(config, progress=False)
+    return tmp, config, summary
+
+
+def test_tiny_model_learns_well_below_unigram_perplexity(trained):
+    tmp, config, summary = trained
+    dev, unigram = summary["dev"], summary["unigram_dev_ppl"]
+    assert unigram > 20
+    assert dev["dev_ppl"] < 0.3 * unigram, (dev, unigram)
+    assert dev["dev_ppl"] == pytest.approx((dev["dev_ppl_forward"] * dev["dev_ppl_backward"]) ** 0.5)
+    records = read_log(tmp / "out" / "log.jsonl")
+    evals = [r for r in records if r["event"] == "eval"]
+    assert [r["step"] for r in evals] == [100, 200, 300]
+    assert evals[-1]["dev_ppl"] < evals[0]["dev_ppl"]
+    assert any(r["event"] == "train" and r["tokens_per_s"] > 0 for r in records)
+    assert (tmp / "out" / "learning_curve.png").stat().st_size > 1000
+    words = (tmp / "out" / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    assert words[:4] == ["<S>", "</S>", "<UNK>", "."]
+
+
+def test_export_loads_with_from_hdf5_and_gives_the_same_activations(trained, tmp_path):
+    tmp, config, _ = trained
+    target = export(tmp / "out", tmp_path / "exported")
+    state = load_checkpoint(tmp / "out" / "checkpoints" / "last.pt")
+    options = BiLMOptions.from_dict(state["options"])
+    model = PretrainModel(options, len(state["vocab"]), 0.0)
+    model.load_state_dict(state["model"])
+    loaded = BiLM.from_hdf5(target / "weights.hdf5", target / "options.json").eval()
+    assert Vocab.from_file(target / "vocab.txt").words == state["vocab"]
+    sentences = [line.split() for line in make_lines(5, seed=9)]
+    ids = torch.from_numpy(batch_to_char_ids(sentences)[0])
+    with torch.no_grad():
+        ours = model.bilm.eval()(ids).layers
+        theirs = loaded(ids).layers
+    for a, b in zip(ours, theirs):
+        assert torch.allclose(a, b, atol=1e-6)
+    assert json.loads((target / "options.json").read_text())["n_tokens_vocab"] == len(state["vocab"])
+
+
+# -------------------------------------------------------------------- resume
+def _state(path):
+    return load_checkpoint(path / "checkpoints" / "last.pt")
+
+
+def test_kill_and_resume_equals_an_uninterrupted_run(tmp_path):
+    corpus = write_corpus(tmp_path, 120)
+    settings = dict(max_steps=8, dropout=0.2, batch_size=16, warmup_steps=2, eval_every=3)
+    pretrain(tiny_config(tmp_path, corpus, "full", **settings), progress=False)
+
+    def kill_at_3(step, info):
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    config = tiny_config(tmp_path, corpus, "split", **settings)
+    summary = pretrain(config, progress=False, callback=kill_at_3)
+    assert summary == {"step": 3, "stopped": True, "output": str(tmp_path / "split")}
+    assert _state(tmp_path / "split")["step"] == 3
+    # The run crosses an epoch boundary (120 windows -> 7 batches of 16).
+    pretrain(config, resume=True, progress=False)
+    full, split = _state(tmp_path / "full"), _state(tmp_path / "split")
+    assert full["step"] == split["step"] == 8
+    for name, value in full["model"].items():
+        assert torch.allclose(value, split["model"][name], atol=1e-6, rtol=0), name
+    assert full["optimizer"]["state"][0]["step"] == split["optimizer"]["state"][0]["step"]
+    events = [r["event"] for r in read_log(tmp_path / "split" / "log.jsonl")]
+    assert "stopped" in events and "resume" in events
+
+
+def test_resume_checks_settings_and_fresh_runs_refuse_an_old_checkpoint(tmp_path):
+    corpus = write_corpus(tmp_path, 60)
+    config = tiny_config(tmp_path, corpus, max_steps=2)
+    pretrain(config, progress=False)
+    with pytest.raises(ValueError, match="already holds a checkpoint"):
+        pretrain(config, progress=False)
+    changed = tiny_config(tmp_path, corpus, max_steps=2, seed=5)
+    with pytest.raises(ValueError, match="seed"):
+        pretrain(changed, resume=True, progress=False)
+    with pytest.raises(ValueError, match="checkpoint not found"):
+        pretrain(tiny_config(tmp_path, corpus, "other"), resume=True, progress=False)
+
+
+def test_checkpoints_are_loaded_without_unpickling(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    torch.save({"format": "spacy_elmo.pretrain.checkpoint/1", "x": Evil()}, tmp_path / "evil.pt")
+    with pytest.raises(ValueError, match="weights_only"):
+        load_checkpoint(tmp_path / "evil.pt")
+    torch.save({"a": torch.zeros(1)}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="not a spacy_elmo pretraining checkpoint"):
+        load_checkpoint(tmp_path / "other.pt")
+
+
+# --------------------------------------------------------------- distributed
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_process_gloo_run_shards_data_and_keeps_ranks_identical(tmp_path):
+    import torch.multiprocessing as mp
+
+    corpus = write_corpus(tmp_path, 120)
+    mp.spawn(distributed_worker, args=(2, _free_port(), str(tmp_path), str(corpus)), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    # Every step, the ranks trained on different windows...
+    for a, b in zip(ranks[0]["seen"], ranks[1]["seen"]):
+        assert not set(a) & set(b)
+    assert len(ranks[0]["seen"]) == 4
+    # ... and ended with the same weights (DDP averages the gradients).
+    for name, value in ranks[0]["params"].items():
+        assert torch.equal(value, ranks[1]["params"][name]), name
+    saved = load_checkpoint(tmp_path / "out" / "checkpoints" / "last.pt")
+    assert saved["world_size"] == 2 and len(saved["rng"]) == 2
+    for name, value in saved["model"].items():
+        assert torch.equal(value, ranks[0]["params"][name]), name
+    records = read_log(tmp_path / "out" / "log.jsonl")
+    assert records[0]["event"] == "start" and records[0]["world_size"] == 2
+    assert [r["step"] for r in records if r["event"] == "train"] == [1, 2, 3, 4]
+    assert sum(r["event"] == "start" for r in records) == 1  # rank 0 only
+
+
+# ---------------------------------------------------------------- bad input
+def test_bad_corpus_files_are_skipped_and_counted(tmp_path):
+    d = tmp_path / "corpus"
+    d.mkdir()
+    (d / "a_good.txt").write_text("Hello there , world .\nA second line of text .\n", encoding="utf-8")
+    (d / "b_empty.txt").write_bytes(b"")
+    (d / "c_binary.bin").write_bytes(bytes(range(256)) * 40)
+    (d / "d_long.txt").write_bytes(b"x" * 1_000_000 + b"\nshort line here\n")
+    (d / "e_mixed.txt").write_bytes("caf\u00e9 ok\n".encode("utf-8") + b"caf\xe9 latin\n" + b"fine again\n")
+    (d / "f_bad.spacy").write_bytes(b"\x93not msgpack at all" * 10)
+    (d / ".hidden").write_bytes(b"\x00\x01")
+    corpus = read_corpus([d], max_tokens=3)
+    stats = corpus.stats
+    assert stats.files == 6
+    assert stats.skipped_empty_files == [str(d / "b_empty.txt")]
+    assert str(d / "c_binary.bin") in stats.skipped_binary_files
+    assert str(d / "f_bad.spacy") in stats.skipped_binary_files
+    assert stats.skipped_long_lines == 1 and stats.skipped_bad_encoding_lines == 1
+    windows = [[corpus.types[i] for i in corpus.window(k)] for k in range(len(corpus))]
+    assert ["Hello", "there", ","] in windows and ["world", "."] in windows  # cut at 3 tokens
+    assert ["short", "line", "here"] in windows and ["café", "ok"] in windows and ["fine", "again"] in windows
+    assert "skipped" in stats.summary()
+
+
+@pytest.mark.parametrize(
+    "name,content,message",
+    [
+        ("empty.txt", b"", "empty.txt: empty file"),
+        ("binary.dat", b"\x00\xff" * 100, "binary.dat: binary file"),
+        ("long.txt", b"y" * 1_000_000, "long.txt:1: line longer"),
+        ("latin.txt", b"ok\nna\xefve\n", "latin.txt:2: not valid UTF-8"),
+    ],
+    ids=["empty", "binary", "1MB-line", "latin-1"],
+)
+def test_strict_mode_names_the_bad_file(tmp_path, name, content, message):
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(ValueError, match=message):
+        read_corpus([tmp_path / name], strict=True)
+
+
+def test_no_usable_text_or_missing_path_is_a_clear_error(tmp_path):
+    (tmp_path / "empty.txt").write_bytes(b"\n\n  \n")
+    with pytest.raises(ValueError, match="no usable text in .*empty.txt"):
+        read_corpus([tmp_path / "empty.txt"])
+    with pytest.raises(ValueError, match="corpus path not found: .*missing"):
+        read_corpus([tmp_path / "missing"])
+
+
+def test_training_runs_through_a_directory_with_bad_files(tmp_path):
+    d = tmp_path / "corpus"
+    write_corpus(d, 60)
+    (d / "binary.bin").write_bytes(b"\x00" * 5000)
+    (d / "mixed.txt").write_bytes(b"abc \xff\xfe def\n" + b"z" * 300_000 + b"\n")
+    pretrain(tiny_config(tmp_path, d, max_steps=2), progress=False)
+    start = read_log(tmp_path / "out" / "log.jsonl")[0]
+    assert start["corpus"]["skipped_binary_files"] == [str(d / "binary.bin")]
+    assert start["corpus"]["skipped_bad_encoding_lines"] == 1 and start["corpus"]["skipped_long_lines"] == 1
+
+
+def test_spacy_docbin_input_uses_sentences(tmp_path):
+    import spacy
+    from spacy.tokens import DocBin
+
+    nlp = spacy.blank("en")
+    doc = nlp("One two three . Four five .")
+    for i, token in enumerate(doc):
+        token.is_sent_start = i in (0, 4)
+    DocBin(docs=[doc, nlp("No sentences here")]).to_disk(tmp_path / "docs.spacy")
+    corpus = read_corpus([tmp_path / "docs.spacy"])
+    windows = [[corpus.types[i] for i in corpus.window(k)] for k in range(len(corpus))]
+    assert windows == [["One", "two", "three", "."], ["Four", "five", "."], ["No", "sentences", "here"]]
+
+
+def test_settings_are_validated(tmp_path):
+    with pytest.raises(ValueError, match="fp16 needs a CUDA device"):
+        tiny_config(tmp_path, tmp_path / "x.txt", precision="fp16").validate()
+    with pytest.raises(ValueError, match="exactly one of options"):
+        PretrainConfig(train=["x"], output="o").validate()
+
+
+def test_bf16_autocast_trains_on_cpu(tmp_path):
+    corpus = write_corpus(tmp_path, 40)
+    summary = pretrain(tiny_config(tmp_path, corpus, max_steps=2, precision="bf16"), progress=False)
+    assert numpy.isfinite(summary["dev"]["dev_ppl"])
+
+
+# ----------------------------------------------------------------------- CLI
+def test_cli_pretrain_and_export(tmp_path):
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    corpus = write_corpus(tmp_path, 60)
+    options = tmp_path / "options.json"
+    options.write_text(json.dumps(small_options()), encoding="utf-8")
+    runner = CliRunner()
+    result = runner.invoke(app, [
+        "pretrain", str(corpus), "--output", str(tmp_path / "run"), "--options", str(options),
+        "--max-steps", "3", "--batch-size", "8", "--dev-fraction", "0.1", "--no-progress", "--threads", "1",
+    ])
+    assert result.exit_code == 0, result.output
+    assert "held-out perplexity" in result.output
+    result = runner.invoke(app, ["export", str(tmp_path / "run"), str(tmp_path / "exp")])
+    assert result.exit_code == 0, result.output
+    assert {p.name for p in (tmp_path / "exp").iterdir()} == {"weights.hdf5", "options.json", "vocab.txt"}
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "nothing.txt"), "--output", str(tmp_path / "r2"), "--shape", "small"])
+    assert result.exit_code == 2 and "corpus path not found" in result.output
+
+
+def test_torchrun_two_processes_from_the_command_line(tmp_path):
+    """The documented multi-process command: ``torchrun --standalone
+    --nproc_per_node=2 -m spacy_elmo pretrain ...`` (gloo on CPU)."""
+    import subprocess
+
+    import spacy_elmo
+
+    corpus = write_corpus(tmp_path, 400)
+    options = tmp_path / "options.json"
+    options.write_text(json.dumps(small_options()), encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(spacy_elmo.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
+    env["OMP_NUM_THREADS"] = "1"
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "spacy_elmo", "pretrain",
+         str(corpus), "-o", str(tmp_path / "run"), "--options", str(options), "--max-steps", "60", "--batch-size", "8",
+         "--dev-fraction", "0.1", "--eval-every", "30", "--log-every", "10", "--lr", "0.01", "--threads", "1", "--no-progress"],
+        env=env, capture_output=True, text=True, timeout=240,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("held-out perplexity") == 1  # rank 0 only
+    records = read_log(tmp_path / "run" / "log.jsonl")
+    assert records[0]["world_size"] == 2
+    end = [r for r in records if r["event"] == "end"][0]
+    assert end["dev"]["dev_ppl"] < end["unigram_dev_ppl"]
+    assert (tmp_path / "run" / "export" / "weights.hdf5").exists()
+    assert _state(tmp_path / "run")["world_size"] == 2
+
+
+# ------------------------------------------------------------- spaCy export
+def _has_pipeline():
+    """spacy_elmo.pipeline exists in the package under test (not only in
+    another checkout that an editable install's finder points at)."""
+    import importlib.util
+
+    import spacy_elmo
+
+    spec = importlib.util.find_spec("spacy_elmo.pipeline")
+    return spec is not None and Path(spec.origin).parent == Path(spacy_elmo.__file__).parent
+
+
+@pytest.mark.skipif(not _has_pipeline(), reason="needs the spaCy integration (spacy_elmo.pipeline)")
+def test_export_straight_into_a_spacy_pipeline(trained, tmp_path):
+    import spacy
+
+    from spacy_elmo.pretrain import export_pipeline
+
+    tmp, config, _ = trained
+    export_pipeline(tmp / "out", tmp_path / "nlp")
+    nlp = spacy.load(tmp_path / "nlp")
+    assert nlp.pipe_names == ["elmo"] and nlp.lang == config.lang
+    doc = nlp("The cat likes the red ball .")
+    state = load_checkpoint(tmp / "out" / "checkpoints" / "last.pt")
+    model = PretrainModel(BiLMOptions.from_dict(state["options"]), len(state["vocab"]), 0.0)
+    model.load_state_dict(state["model"])
+    ids = torch.from_numpy(batch_to_char_ids([[t.text for t in doc]])[0])
+    with torch.no_grad():
+        layers = model.bilm.eval()(ids).layers
+    assert doc._.elmo.layers.shape[0] == len(layers)
+    for j, layer in enumerate(layers):
+        numpy.testing.assert_allclose(doc._.elmo.layers[j], layer[0, 1 : len(doc) + 1].numpy(), atol=1e-5, rtol=0)
+
+
+def test_pipeline_export_without_the_spacy_integration_is_a_clear_error(tmp_path, monkeypatch):
+    from spacy_elmo.pretrain import export_pipeline
+
+    monkeypatch.setitem(sys.modules, "spacy_elmo.pipeline", None)  # import fails
+    with pytest.raises(ValueError, match="spaCy integration"):
+        export_pipeline(tmp_path, tmp_path / "nlp")
+
+
+# --------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_cuda_mixed_precision_training_learns(tmp_path, precision):
+    corpus = write_corpus(tmp_path, 300)
+    config = tiny_config(tmp_path, corpus, device="cuda", precision=precision, max_steps=150, lr=0.01, dropout=0.0, checkpoint_every=50)
+    summary = pretrain(config, progress=False)
+    assert summary["dev"]["dev_ppl"] < 0.5 * summary["unigram_dev_ppl"], summary
+
+
+@pytest.mark.slow
+def test_torchrun_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
+    """SIGTERM to the torchrun agent (what a scheduler sends): the workers
+    checkpoint and stop; ``--resume`` with 2 processes reaches the weights of
+    an uninterrupted 2-process run exactly."""
+    import subprocess
+    import time
+
+    import spacy_elmo
+
+    corpus = write_corpus(tmp_path, 400)
+    options = tmp_path / "options.json"
+    options.write_text(json.dumps(small_options()), encoding="utf-8")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(spacy_elmo.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
+
+    def command(output, *extra):
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "spacy_elmo",
+                "pretrain", str(corpus), "-o", str(tmp_path / output), "--options", str(options), "--max-steps", "300",
+                "--batch-size", "8", "--dropout", "0.2", "--threads", "1", "--no-progress", "--log-every", "10",
+                "--eval-every", "100000", "--checkpoint-every", "100000", *extra]
+
+    subprocess.run(command("full"), env=env, check=True, capture_output=True, timeout=240)
+    proc = subprocess.Popen(command("split"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "split" / "log.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if log.exists() and any(r.get("event") == "train" and r["step"] >= 50 for r in read_log(log)):
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    stopped = [r for r in read_log(log) if r["event"] == "stopped"]
+    assert stopped and 50 <= stopped[0]["step"] < 300
+    subprocess.run(command("split", "--resume"), env=env, check=True, capture_output=True, timeout=240)
+    full, split = _state(tmp_path / "full"), _state(tmp_path / "split")
+    assert full["step"] == split["step"] == 300
+    for name, value in full["model"].items():
+        assert torch.equal(value, split["model"][name]), name
