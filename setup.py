@@ -27,6 +27,7 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=7"],
+        "pretrain": ["matplotlib>=3.5"],
     },
     entry_points={
         "console_scripts": ["spacy-elmo = spacy_elmo.__main__:main"],
