@@ -7,8 +7,9 @@ tokens/s, achieved GFLOP/s and the ratio to the measured fp32 peak, for
 * ``exact (cold)``: empty word-type cache (token types are still encoded
   once per call), after one warm-up pass over the set;
 * ``exact (warm)``: the same sentences again, cache filled (steady state);
-* ``bf16``: the opt-in fast path, with its largest deviation from the exact
-  outputs.
+* ``bf16`` (where bf16 is native) and ``int8`` (on CPU): the opt-in fast
+  paths, cold and warm, with their largest absolute deviation from the exact
+  outputs and the rms of the deviation relative to the rms of the outputs.
 
 FLOPs are the model's nominal cost per position (char-CNN over all 50 chars,
 highway, projection, both LSTM directions; multiply-add = 2 FLOPs) times the
@@ -18,12 +19,13 @@ is counted as done, so GFLOP/s is "effective" for those rows.
 """
 import platform
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy
 import torch
 
 from .bilm import BiLM, BiLMOptions
+from .bilm.int8 import int8_supported
 from .bilm.model import bf16_supported
 
 _CNN = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
@@ -105,19 +107,34 @@ def sentences_from_text(path, n: int = 256, min_len: int = 5, max_len: int = 40)
     return out
 
 
-def matmul_peak(dtype: torch.dtype = torch.float32, size: int = 2048, repeats: int = 10) -> float:
-    """GFLOP/s of a square matrix product on this machine."""
-    a = torch.randn(size, size).to(dtype)
-    b = torch.randn(size, size).to(dtype)
+def matmul_peak(
+    dtype: torch.dtype = torch.float32, size: int = 2048, repeats: int = 10, device: str = "cpu"
+) -> float:
+    """GFLOP/s of a square matrix product on ``device`` (on CUDA: synchronised,
+    with PyTorch's default fp32 settings, i.e. no TF32)."""
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     with torch.inference_mode():
         a @ b
+        sync()
         best = float("inf")
         for _ in range(3):
             start = time.perf_counter()
             for _ in range(repeats):
                 a @ b
+            sync()
             best = min(best, (time.perf_counter() - start) / repeats)
     return 2 * size ** 3 / best / 1e9
+
+
+def _deviation(exact: List[numpy.ndarray], approx: List[numpy.ndarray]) -> Tuple[float, float]:
+    """Max absolute difference, and the rms of the difference relative to the
+    rms of the exact outputs."""
+    diff = max(float(numpy.abs(a - b).max()) for a, b in zip(exact, approx) if a.size)
+    num = sum(float(((a.astype("d") - b) ** 2).sum()) for a, b in zip(exact, approx))
+    den = sum(float((a.astype("d") ** 2).sum()) for a in exact)
+    return diff, (num / den) ** 0.5 if den else 0.0
 
 
 def _timed(fn, repeats: int = 1):
@@ -144,11 +161,16 @@ def run(
     n_tokens = sum(len(s) for s in sentences)
     positions = n_tokens + 2 * len(sentences)
     types = len({t for s in sentences for t in s})
-    peak32 = matmul_peak(torch.float32)
-    if fast and not bf16_supported(device):
-        echo("bf16 fast path skipped: this CPU has no native bf16 (avx512_bf16/AMX); emulated bf16 is slower than fp32")
-        fast = False
-    peak16 = matmul_peak(torch.bfloat16) if fast else float("nan")
+    peak32 = matmul_peak(torch.float32, device=device)
+    fast_paths = []
+    if fast:
+        if bf16_supported(device):
+            fast_paths.append("bf16")
+        else:
+            echo("bf16 fast path skipped: no native bf16 here (avx512_bf16/AMX); emulated bf16 is slower than fp32")
+        if torch.device(device).type == "cpu" and int8_supported():
+            fast_paths.append("int8")
+    peak16 = matmul_peak(torch.bfloat16, device=device) if "bf16" in fast_paths else float("nan")
     echo(
         f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
         f"torch {torch.__version__}, device {device}, CPU capability {torch.backends.cpu.get_cpu_capability()}"
@@ -157,7 +179,7 @@ def run(
     source = text or "synthetic Zipf text"
     echo(f"sentences: {len(sentences)} from {source} ({n_tokens} tokens, {types} types), batch_size {batch_size}")
     echo("")
-    header = f"{'shape':<9} {'path':<14} {'tokens/s':>9} {'x ref':>6} {'GFLOP/s':>8} {'% fp32 peak':>11} {'max |diff|':>10}"
+    header = f"{'shape':<9} {'path':<14} {'tokens/s':>9} {'x ref':>6} {'GFLOP/s':>8} {'% fp32 peak':>11} {'max |diff|':>10} {'rel rms':>9}"
     echo(header)
     echo("-" * len(header))
     rows = []
@@ -167,7 +189,7 @@ def run(
         ref = PUBLISHED[name]["reference_tokens_per_s"]
         model = BiLM(options).eval().to(device)
 
-        def report(path: str, seconds: float, diff: Optional[float] = None) -> None:
+        def report(path: str, seconds: float, diff: Optional[float] = None, rel: Optional[float] = None) -> None:
             tps = n_tokens / seconds
             gflops = positions * flops / seconds / 1e9
             row = {
@@ -178,10 +200,12 @@ def run(
                 "gflops": gflops,
                 "fraction_of_fp32_peak": gflops / peak32,
                 "max_abs_diff": diff,
+                "relative_rms_diff": rel,
             }
             rows.append(row)
             d = "" if diff is None else f"{diff:.2e}"
-            echo(f"{name:<9} {path:<14} {tps:9.0f} {tps / ref:6.1f} {gflops:8.1f} {100 * gflops / peak32:10.0f}% {d:>10}")
+            r = "" if rel is None else f"{rel:.2e}"
+            echo(f"{name:<9} {path:<14} {tps:9.0f} {tps / ref:6.1f} {gflops:8.1f} {100 * gflops / peak32:10.0f}% {d:>10} {r:>9}")
 
         # Warm up allocator and kernels on the whole set, then empty the word
         # cache: "cold" means an empty cache, not the process's first call.
@@ -191,13 +215,14 @@ def run(
         report("exact (cold)", seconds)
         seconds, warm = _timed(lambda: model.embed_sentences(sentences, batch_size=batch_size), repeats=2)
         report("exact (warm)", seconds, max(float(numpy.abs(a - b).max()) for a, b in zip(exact, warm)))
-        if fast:
-            model.precision = "bf16"
+        for precision in fast_paths:
+            model.precision = precision
+            model.embed_sentences(sentences[:batch_size], batch_size=batch_size)  # pack int8 weights
             model.token_cache.clear()
             seconds, approx = _timed(lambda: model.embed_sentences(sentences, batch_size=batch_size))
-            report("bf16 (cold)", seconds, max(float(numpy.abs(a - b).max()) for a, b in zip(exact, approx)))
+            report(f"{precision} (cold)", seconds, *_deviation(exact, approx))
             seconds, _ = _timed(lambda: model.embed_sentences(sentences, batch_size=batch_size), repeats=2)
-            report("bf16 (warm)", seconds)
+            report(f"{precision} (warm)", seconds)
             model.precision = "fp32"
         del model
     return rows

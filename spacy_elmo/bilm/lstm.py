@@ -20,10 +20,12 @@ sorted by length (longest first) and step ``t`` computes only the rows whose
 length exceeds ``t``. No work is spent on padding, and a row's result never
 depends on the other rows of its batch.
 """
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
+
+from .int8 import Int8Cache, PackedLinear
 
 State = Tuple[torch.Tensor, torch.Tensor]  # h (2, B, proj), c (2, B, cell)
 
@@ -50,6 +52,7 @@ class BiProjectedLSTMLayer(nn.Module):
         forget = torch.zeros(4 * cell_dim)
         forget[cell_dim : 2 * cell_dim] = 1.0
         self.register_buffer("forget_offset", forget, persistent=False)
+        self._int8 = Int8Cache()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -99,6 +102,53 @@ class BiProjectedLSTMLayer(nn.Module):
         if torch.is_grad_enabled():
             return self._recur_autograd(xw, n_active, state)
         return self._recur_inplace(xw, n_active, state, inputs.dtype)
+
+    @staticmethod
+    def _int8_packs(layer: "BiProjectedLSTMLayer") -> Dict[str, List[PackedLinear]]:
+        bias = layer.bias + layer.forget_offset
+        return {
+            "ih": [PackedLinear(layer.weight_ih[d], bias[d]) for d in range(2)],
+            "hh": [PackedLinear(layer.weight_hh[d]) for d in range(2)],
+            "proj": [PackedLinear(layer.weight_proj[d]) for d in range(2)],
+        }
+
+    def forward_int8(
+        self, inputs: torch.Tensor, lengths: List[int], state: Optional[State] = None
+    ) -> Tuple[torch.Tensor, State]:
+        """:meth:`forward` with int8 matrix products (see :mod:`.int8`);
+        inference on CPU only."""
+        n_dir, n_steps, batch, _ = inputs.shape
+        if state is None:
+            state = self.zero_state(batch, inputs)
+        packs = self._int8.get(self, self._int8_packs)
+        ih, hh, proj = packs["ih"], packs["hh"], packs["proj"]
+        # Directions one after the other: stacking their (B, 4C) gates would
+        # copy more than the elementwise work costs.
+        xw = [ih[d](inputs[d]) for d in range(n_dir)]
+        h = state[0].clone()
+        c = state[1].clone()
+        C = self.cell_dim
+        out = inputs.new_zeros(n_dir, n_steps, batch, self.projection_dim)
+        for t in range(n_steps):
+            n = sum(1 for length in lengths if length > t)
+            if n == 0:
+                break
+            for d in range(n_dir):
+                gates = hh[d](h[d, :n]).add_(xw[d][t, :n])
+                gates[:, : 2 * C].sigmoid_()
+                gates[:, 2 * C : 3 * C].tanh_()
+                gates[:, 3 * C :].sigmoid_()
+                i, f, g, o = gates.chunk(4, dim=-1)
+                c_t = c[d, :n]
+                c_t.mul_(f).addcmul_(i, g)
+                if self.cell_clip is not None:
+                    c_t.clamp_(-self.cell_clip, self.cell_clip)
+                h_t = proj[d](torch.tanh(c_t).mul_(o))
+                if self.proj_clip is not None:
+                    h_t.clamp_(-self.proj_clip, self.proj_clip)
+                h[d, :n] = h_t
+                out[d, t, :n] = h_t
+        return out, (h, c)
 
     def use_fused_kernel(self, lengths: List[int], compute_dtype: Optional[torch.dtype]) -> bool:
         """PyTorch's own LSTM kernel (``torch.lstm`` with a projection) computes

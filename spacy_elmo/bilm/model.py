@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from .chars import batch_to_char_ids
+from .int8 import int8_supported
 from .lstm import BiProjectedLSTMLayer, State
 from .options import BiLMOptions
 from .token_cache import TokenCache
@@ -96,14 +97,17 @@ class BiLM(nn.Module):
         self._states: Optional[List[State]] = None
 
     # ------------------------------------------------------------------ info
-    PRECISIONS = ("fp32", "bf16")
+    PRECISIONS = ("fp32", "bf16", "int8")
 
     @property
     def precision(self) -> str:
-        """``"fp32"`` (exact, the default) or ``"bf16"``: an opt-in fast path for
-        inference that runs the matrix products in bfloat16 (fp32 cell state
-        and outputs). Its deviation from the exact path is reported by
-        ``python -m spacy_elmo benchmark``. Training ignores it (use autocast)."""
+        """``"fp32"`` (exact, the default), or an opt-in fast path for inference:
+        ``"bf16"`` runs the matrix products in bfloat16 (fp32 cell state and
+        outputs; fast where the CPU or GPU has native bf16), ``"int8"`` runs
+        them with int8 weights and dynamically quantized activations (CPU
+        only; see :mod:`spacy_elmo.bilm.int8`). Their deviation from the
+        exact path is reported by ``python -m spacy_elmo benchmark``.
+        Training ignores it (use autocast)."""
         return self._precision
 
     @precision.setter
@@ -115,7 +119,13 @@ class BiLM(nn.Module):
                 f"precision='bf16' on {self.device}, which has no native bf16: it will be slower than fp32",
                 RuntimeWarning,
             )
+        if value == "int8":
+            if self.device.type != "cpu":
+                raise ValueError(f"precision='int8' runs on CPU only; this biLM is on {self.device}")
+            if not int8_supported():
+                raise ValueError("precision='int8' needs PyTorch's fbgemm/x86 quantized kernels")
         self._precision = value
+        self.token_encoder.use_int8 = value == "int8"
 
     @property
     def _compute_dtype(self) -> Optional[torch.dtype]:
@@ -213,6 +223,8 @@ class BiLM(nn.Module):
     def forward(self, char_ids: torch.Tensor) -> BiLMOutput:
         if char_ids.dim() != 3:
             raise ValueError(f"char_ids must be (batch, tokens, chars), found shape {tuple(char_ids.shape)}")
+        if self._precision == "int8" and char_ids.device.type != "cpu":
+            raise ValueError(f"precision='int8' runs on CPU only; got input on {char_ids.device}")
         mask = (char_ids > 0).any(dim=-1)
         lengths = mask.sum(dim=1)
         batch, n_steps = mask.shape
@@ -235,7 +247,10 @@ class BiLM(nn.Module):
         for index, layer in enumerate(self.layers):
             layer_in = nn.functional.dropout(x, self.dropout, self.training) if self.dropout else x
             state = None if states is None else states[index]
-            out, final = layer(layer_in, lengths_list, state, self._compute_dtype)
+            if self._precision == "int8" and not torch.is_grad_enabled():
+                out, final = layer.forward_int8(layer_in, lengths_list, state)
+            else:
+                out, final = layer(layer_in, lengths_list, state, self._compute_dtype)
             finals.append(final)
             if index > 0 and self.options.use_skip_connections:
                 out = out + x

@@ -1,9 +1,12 @@
 """Context-free token encoder: char embedding -> CNN -> max-pool -> highway -> projection."""
+from typing import Dict
+
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from .chars import PAD_CHAR
+from .int8 import Int8Cache, PackedLinear
 from .options import BiLMOptions
 
 PAD_ID = PAD_CHAR + 1  # in-word padding, +1 scheme
@@ -48,6 +51,7 @@ class CharCNNEncoder(nn.Module):
         )
         self.output_dim = options.projection_dim
         self.max_width = max(width for width, _ in options.filters)
+        self._int8 = Int8Cache()
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         lead = char_ids.shape[:-1]
@@ -85,7 +89,27 @@ class CharCNNEncoder(nn.Module):
         real = (flat != PAD_ID) & (flat != 0)
         return (real * positions).amax(dim=1)
 
+    #: Set by :class:`~spacy_elmo.BiLM` for ``precision="int8"``: inference
+    #: then runs the convolutions, highway and projection products in int8.
+    use_int8 = False
+
+    @staticmethod
+    def _int8_packs(encoder: "CharCNNEncoder") -> Dict[str, object]:
+        convs = []
+        for conv in encoder.convs:
+            n_out, char_dim, size = conv.weight.shape
+            convs.append(PackedLinear(conv.weight.permute(0, 2, 1).reshape(n_out, size * char_dim)))
+        return {
+            "convs": convs,
+            "highways": [PackedLinear(h.linear.weight, h.linear.bias) for h in encoder.highways],
+            "projection": None
+            if encoder.projection is None
+            else PackedLinear(encoder.projection.weight, encoder.projection.bias),
+        }
+
     def _encode(self, flat: torch.Tensor, span: int) -> torch.Tensor:
+        if self.use_int8 and not torch.is_grad_enabled():
+            return self._encode_int8(flat, span)
         width = min(self.max_chars, span + self.max_width)
         chars = self.char_embedding(flat[:, :width])  # (n_tokens, width, char_dim)
         # Each convolution as one matrix product over its unfolded windows
@@ -104,4 +128,22 @@ class CharCNNEncoder(nn.Module):
             x = highway(x)
         if self.projection is not None:
             x = self.projection(x)
+        return x
+
+    def _encode_int8(self, flat: torch.Tensor, span: int) -> torch.Tensor:
+        packs = self._int8.get(self, self._int8_packs)
+        width = min(self.max_chars, span + self.max_width)
+        chars = self.char_embedding(flat[:, :width])
+        pooled = []
+        for conv, packed in zip(self.convs, packs["convs"]):
+            n_out, char_dim, size = conv.weight.shape
+            windows = chars.unfold(1, size, 1).transpose(2, 3)
+            scores = packed(windows.reshape(-1, size * char_dim))
+            pooled.append(scores.view(flat.shape[0], -1, n_out).amax(dim=1) + conv.bias)
+        x = self.activation(torch.cat(pooled, dim=-1))
+        for highway, packed in zip(self.highways, packs["highways"]):
+            transform, carry = packed(x).split(highway.dim, dim=-1)
+            x = x + torch.sigmoid(carry) * (torch.relu(transform) - x)
+        if packs["projection"] is not None:
+            x = packs["projection"](x)
         return x
