@@ -130,3 +130,66 @@ def test_fused_kernel_for_unclipped_models_equals_our_recurrence():
         numpy.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, rtol=0)
         # Clipped models (all published ones) never take it.
         assert not random_model().layers[0].use_fused_kernel([3, 2], None)
+
+
+def _relative_rms(exact, approx):
+    num = sum(float(((a.astype("d") - b) ** 2).sum()) for a, b in zip(exact, approx))
+    return (num / sum(float((a.astype("d") ** 2).sum()) for a in exact)) ** 0.5
+
+
+def _default_init_model(seed=0):
+    from spacy_elmo import BiLM
+    from conftest import small_options
+
+    torch.manual_seed(seed)
+    return BiLM(small_options()).eval()
+
+
+def test_int8_fast_path_is_close_and_opt_in():
+    from spacy_elmo.bilm.int8 import int8_supported
+
+    if not int8_supported():
+        pytest.skip("this PyTorch build has no fbgemm/x86 quantized kernels")
+    model = _default_init_model()
+    sentences = SENTENCES + [["a", "much", "longer", "sentence", "with", "more", "words", "in", "it", "."]]
+    exact = model.embed_sentences(sentences)
+    model.precision = "int8"
+    approx = model.embed_sentences(sentences)
+    assert [a.shape for a in approx] == [a.shape for a in exact]
+    assert 0 < _relative_rms(exact, approx) < 0.05
+    # Same outputs alone and in a batch (no cross-row effects in int8 either).
+    alone = model.embed_sentences(sentences[:1])[0]
+    numpy.testing.assert_allclose(alone, approx[0], atol=1e-6)
+    model.precision = "fp32"
+    for a, b in zip(exact, model.embed_sentences(sentences)):
+        numpy.testing.assert_array_equal(a, b)
+
+
+def test_int8_weights_follow_weight_changes_and_copies():
+    import copy
+    import pickle
+
+    from spacy_elmo.bilm.int8 import int8_supported
+
+    if not int8_supported():
+        pytest.skip("this PyTorch build has no fbgemm/x86 quantized kernels")
+    model, other = _default_init_model(0), _default_init_model(1)
+    model.precision = other.precision = "int8"
+    before = model.embed_sentences(SENTENCES)
+    model.load_state_dict(other.state_dict())  # in-place copy into the same tensors
+    after = model.embed_sentences(SENTENCES)
+    expected = other.embed_sentences(SENTENCES)
+    for a, b, c in zip(before, after, expected):
+        assert not numpy.allclose(a, b)
+        numpy.testing.assert_allclose(b, c, atol=1e-6)
+    for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert clone.precision == "int8"
+        for a, b in zip(expected, clone.embed_sentences(SENTENCES)):
+            numpy.testing.assert_allclose(a, b, atol=1e-6)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_int8_is_cpu_only():
+    model = _default_init_model().cuda()
+    with pytest.raises(ValueError, match="CPU only"):
+        model.precision = "int8"

@@ -1,19 +1,27 @@
 """The opt-in int8 inference path: dynamically quantized matrix products.
 
-With ``bilm.precision = "int8"`` (CPU, inference only) every large matrix
-product of the biLM -- the char-CNN convolutions, the highway and projection
-layers, and the LSTM's input, recurrent and projection products -- runs with
-int8 weights (symmetric, one scale per output channel) and activations
-quantized on the fly per call (PyTorch's fbgemm/x86 ``linear_dynamic``, with
+With ``bilm.precision = "int8"`` (CPU, inference only) the matrix products
+whose inputs have a known bound run with int8 weights (symmetric, one scale
+per output channel) on PyTorch's fbgemm/x86 ``linear_dynamic`` kernel, with
 ``reduce_range`` as fbgemm asks, so that its 16-bit accumulation cannot
-saturate). Element-wise work (gates, cell state, clipping, max-pool) and all
-outputs stay in float32.
+saturate: the char-CNN convolutions (inputs: char embeddings), the LSTM's
+recurrent products (inputs: the projected state, bounded by ``proj_clip`` or
+by the projection's row sums), its projections (inputs: ``tanh(c) * o`` in
+[-1, 1]) and the input products of every LSTM layer but the first (inputs:
+earlier layers' outputs). The highway layers, the token projection and the
+first layer's input product stay in float32, as do all element-wise work and
+the outputs.
+
+Why bounds: ``linear_dynamic`` quantizes its input with one scale per call,
+taken from the input's range, so a row's result would depend on the other
+rows of the batch. Each call here gets one extra row holding ``+bound`` and
+``-bound``, which fixes the range for every call: a sentence's int8 vectors
+are the same alone or in any batch, as on the exact path.
 
 It trades exactness for speed on CPUs without native bf16: its deviation from
-the exact path and its effect on a tagger are reported in the README
-(``python -m spacy_elmo benchmark --fast``, ``benchmarks/int8_tagger.py``).
-The quantized weights are made on first use and remade whenever a weight
-changes (tracked by tensor version, like the word-type cache).
+the exact path and its speed are reported by ``python -m spacy_elmo
+benchmark``. The quantized weights are made on first use and remade whenever
+a weight changes (tracked by tensor version, like the word-type cache).
 """
 import warnings
 from typing import Dict, Iterable, Optional, Tuple
@@ -29,11 +37,14 @@ def int8_supported() -> bool:
 
 
 class PackedLinear:
-    """``x @ weight.T + bias`` with int8 weights, for inference."""
+    """``x @ weight.T + bias`` with int8 weights, for inference, for inputs
+    with ``|x| <= bound`` (see the module docstring)."""
 
-    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> None:
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], bound: float) -> None:
         weight = weight.detach().float().contiguous()
         self.out_features, self.in_features = weight.shape
+        if self.in_features < 2:
+            raise ValueError("int8 products need at least 2 input features")
         scales = (weight.abs().amax(dim=1) / 127.0).clamp_min(1e-12).double()
         zero_points = torch.zeros(self.out_features, dtype=torch.long)
         with warnings.catch_warnings():
@@ -44,14 +55,16 @@ class PackedLinear:
             self.packed = torch.ops.quantized.linear_prepack(
                 qweight, None if bias is None else bias.detach().float().contiguous()
             )
+        self.anchor = torch.zeros(1, self.in_features)
+        self.anchor[0, 0], self.anchor[0, 1] = float(bound), -float(bound)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         flat = x.reshape(-1, self.in_features)
         if flat.shape[0] == 0:
             return x.new_zeros(*lead, self.out_features)
-        out = torch.ops.quantized.linear_dynamic(flat.contiguous(), self.packed, True)
-        return out.view(*lead, self.out_features)
+        out = torch.ops.quantized.linear_dynamic(torch.cat([flat, self.anchor]), self.packed, True)
+        return out[:-1].view(*lead, self.out_features)
 
 
 def _stamp(params: Iterable[torch.Tensor]) -> Tuple:
@@ -71,8 +84,8 @@ class Int8Cache:
     def __getstate__(self) -> Dict:
         return {"_stamp": None, "_packs": {}}
 
-    def get(self, module: nn.Module, build) -> Dict[str, object]:
-        stamp = _stamp(module.parameters())
+    def get(self, module: nn.Module, build, key=None) -> Dict[str, object]:
+        stamp = (key,) + _stamp(module.parameters())
         if stamp != self._stamp:
             if not int8_supported():
                 raise RuntimeError("precision='int8' needs PyTorch's fbgemm/x86 quantized kernels")

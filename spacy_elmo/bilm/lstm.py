@@ -103,28 +103,50 @@ class BiProjectedLSTMLayer(nn.Module):
             return self._recur_autograd(xw, n_active, state)
         return self._recur_inplace(xw, n_active, state, inputs.dtype)
 
-    @staticmethod
-    def _int8_packs(layer: "BiProjectedLSTMLayer") -> Dict[str, List[PackedLinear]]:
-        bias = layer.bias + layer.forget_offset
+    def output_bound(self) -> float:
+        """A bound on every output (and state) ``h``: ``proj_clip``, or the
+        largest row sum of ``|W_proj|`` (since ``|tanh(c) * o| < 1``)."""
+        bound = float(self.weight_proj.detach().abs().sum(dim=2).max())
+        return bound if self.proj_clip is None else min(bound, float(self.proj_clip))
+
+    def _int8_packs(self, input_bound: Optional[float]) -> Dict[str, List[Optional[PackedLinear]]]:
+        bias = self.bias + self.forget_offset
+        h_bound = self.output_bound()
         return {
-            "ih": [PackedLinear(layer.weight_ih[d], bias[d]) for d in range(2)],
-            "hh": [PackedLinear(layer.weight_hh[d]) for d in range(2)],
-            "proj": [PackedLinear(layer.weight_proj[d]) for d in range(2)],
+            "ih": [
+                None if input_bound is None else PackedLinear(self.weight_ih[d], bias[d], input_bound)
+                for d in range(2)
+            ],
+            "hh": [PackedLinear(self.weight_hh[d], None, h_bound) for d in range(2)],
+            "proj": [PackedLinear(self.weight_proj[d], None, 1.0) for d in range(2)],
         }
 
     def forward_int8(
-        self, inputs: torch.Tensor, lengths: List[int], state: Optional[State] = None
+        self,
+        inputs: torch.Tensor,
+        lengths: List[int],
+        state: Optional[State] = None,
+        input_bound: Optional[float] = None,
     ) -> Tuple[torch.Tensor, State]:
         """:meth:`forward` with int8 matrix products (see :mod:`.int8`);
-        inference on CPU only."""
+        inference on CPU only. ``input_bound``: a bound on ``|inputs|``
+        (None: the input product runs in float32)."""
         n_dir, n_steps, batch, _ = inputs.shape
         if state is None:
             state = self.zero_state(batch, inputs)
-        packs = self._int8.get(self, self._int8_packs)
+        packs = self._int8.get(self, lambda layer: layer._int8_packs(input_bound), key=input_bound)
         ih, hh, proj = packs["ih"], packs["hh"], packs["proj"]
         # Directions one after the other: stacking their (B, 4C) gates would
         # copy more than the elementwise work costs.
-        xw = [ih[d](inputs[d]) for d in range(n_dir)]
+        bias = self.bias + self.forget_offset
+        xw = [
+            torch.addmm(bias[d], inputs[d].reshape(-1, self.input_dim), self.weight_ih[d].t()).view(
+                n_steps, batch, -1
+            )
+            if ih[d] is None
+            else ih[d](inputs[d])
+            for d in range(n_dir)
+        ]
         h = state[0].clone()
         c = state[1].clone()
         C = self.cell_dim

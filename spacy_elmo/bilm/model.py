@@ -220,6 +220,15 @@ class BiLM(nn.Module):
         weight = self.token_encoder.char_embedding.weight
         return encoded.to(weight.dtype).index_select(0, inverse).reshape(*lead, -1)
 
+    def _int8_input_bound(self, index: int) -> Optional[float]:
+        """A bound on the inputs of LSTM layer ``index`` (None for the first:
+        token encodings have none). With skip connections layer l reads the
+        sum of the outputs of layers 0..l-1, otherwise layer l-1's output."""
+        if index == 0:
+            return None
+        bounds = [layer.output_bound() for layer in self.layers[:index]]
+        return sum(bounds) if self.options.use_skip_connections else bounds[-1]
+
     def forward(self, char_ids: torch.Tensor) -> BiLMOutput:
         if char_ids.dim() != 3:
             raise ValueError(f"char_ids must be (batch, tokens, chars), found shape {tuple(char_ids.shape)}")
@@ -248,7 +257,7 @@ class BiLM(nn.Module):
             layer_in = nn.functional.dropout(x, self.dropout, self.training) if self.dropout else x
             state = None if states is None else states[index]
             if self._precision == "int8" and not torch.is_grad_enabled():
-                out, final = layer.forward_int8(layer_in, lengths_list, state)
+                out, final = layer.forward_int8(layer_in, lengths_list, state, self._int8_input_bound(index))
             else:
                 out, final = layer(layer_in, lengths_list, state, self._compute_dtype)
             finals.append(final)

@@ -95,17 +95,15 @@ class CharCNNEncoder(nn.Module):
 
     @staticmethod
     def _int8_packs(encoder: "CharCNNEncoder") -> Dict[str, object]:
+        # Convolution inputs are rows of the char embedding: bounded by its
+        # largest entry. The highway and projection inputs have no bound and
+        # stay in float32 (see .int8).
+        bound = float(encoder.char_embedding.weight.detach().abs().max()) or 1.0
         convs = []
         for conv in encoder.convs:
             n_out, char_dim, size = conv.weight.shape
-            convs.append(PackedLinear(conv.weight.permute(0, 2, 1).reshape(n_out, size * char_dim)))
-        return {
-            "convs": convs,
-            "highways": [PackedLinear(h.linear.weight, h.linear.bias) for h in encoder.highways],
-            "projection": None
-            if encoder.projection is None
-            else PackedLinear(encoder.projection.weight, encoder.projection.bias),
-        }
+            convs.append(PackedLinear(conv.weight.permute(0, 2, 1).reshape(n_out, size * char_dim), None, bound))
+        return {"convs": convs}
 
     def _encode(self, flat: torch.Tensor, span: int) -> torch.Tensor:
         if self.use_int8 and not torch.is_grad_enabled():
@@ -141,9 +139,8 @@ class CharCNNEncoder(nn.Module):
             scores = packed(windows.reshape(-1, size * char_dim))
             pooled.append(scores.view(flat.shape[0], -1, n_out).amax(dim=1) + conv.bias)
         x = self.activation(torch.cat(pooled, dim=-1))
-        for highway, packed in zip(self.highways, packs["highways"]):
-            transform, carry = packed(x).split(highway.dim, dim=-1)
-            x = x + torch.sigmoid(carry) * (torch.relu(transform) - x)
-        if packs["projection"] is not None:
-            x = packs["projection"](x)
+        for highway in self.highways:
+            x = highway(x)
+        if self.projection is not None:
+            x = self.projection(x)
         return x
