@@ -217,3 +217,19 @@ class _nothing:
 def test_doc_cleaner_drops_the_vectors(nlp):
     nlp.add_pipe("doc_cleaner", config={"attrs": {"_.elmo": None}})
     assert nlp("Nothing is kept.")._.elmo is None
+
+
+def test_int8_precision_in_the_pipeline_is_saved_and_batch_independent(tmp_path):
+    nlp = spacy.blank("en")
+    add_elmo(nlp, bilm=random_model(0), config={"model": {"precision": "int8"}})
+    exact = spacy.blank("en")
+    add_elmo(exact, bilm=random_model(0))
+    texts = TEXTS + ["A third text, longer than the others, to batch with."]
+    singles = [nlp(text)._.elmo.layers for text in texts]
+    for doc, single, reference in zip(nlp.pipe(texts, batch_size=64), singles, exact.pipe(texts)):
+        numpy.testing.assert_allclose(doc._.elmo.layers, single, atol=1e-6, rtol=0)
+        assert doc._.elmo.layers.shape == reference._.elmo.layers.shape
+    nlp.to_disk(tmp_path / "p")
+    loaded = spacy.load(tmp_path / "p")
+    assert loaded.get_pipe("elmo").bilm.precision == "int8"
+    numpy.testing.assert_allclose(loaded(texts[0])._.elmo.layers, singles[0], atol=1e-6, rtol=0)

@@ -86,7 +86,8 @@ def ElmoBiLM(
     span_getter: splits Docs into the sentences the biLM reads (default:
         ``spacy_elmo.sent_or_strided_spans.v1`` with window 128, stride 96).
     batch_size: sentences per biLM call (sorted by length).
-    precision: "fp32" (exact) or "bf16" (opt-in fast inference path).
+    precision: "fp32" (exact), or an opt-in fast inference path: "bf16"
+        (native bf16 CPUs and GPUs) or "int8" (CPU); see ``BiLM.precision``.
     grad_factor: fine-tunes the biLM when > 0 and this model runs on its own
         (e.g. after ``nlp.replace_listeners``). Under the ``elmo`` component
         each listener's ``grad_factor`` decides instead.
