@@ -132,6 +132,51 @@ def test_fused_kernel_for_unclipped_models_equals_our_recurrence():
         assert not random_model().layers[0].use_fused_kernel([3, 2], None)
 
 
+def _plain_products(monkeypatch):
+    import spacy_elmo.bilm.lstm as lstm
+
+    monkeypatch.setattr(lstm, "packing_supported", lambda: False)
+
+
+def test_packed_weights_equal_plain_products(monkeypatch):
+    from spacy_elmo.bilm.packed import packing_supported
+
+    # The x86 CPU wheels of PyTorch have oneDNN: the fast path must be on there.
+    assert packing_supported() == torch.backends.mkldnn.is_available()
+    model = random_model()
+    ids = torch.from_numpy(batch_to_char_ids(SENTENCES)[0])
+    with torch.no_grad():
+        assert model.layers[0].use_packed_weights(torch.zeros(2, 1, 1, 4), None)
+        assert not model.layers[0].use_packed_weights(torch.zeros(2, 1, 1, 4), torch.bfloat16)
+        packed = model(ids).layers
+        _plain_products(monkeypatch)
+        assert not model.layers[0].use_packed_weights(torch.zeros(2, 1, 1, 4), None)
+        plain = model(ids).layers
+    for a, b in zip(packed, plain):
+        numpy.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, rtol=0)
+
+
+def test_packed_weights_follow_weight_changes_and_copies(monkeypatch):
+    import copy
+    import pickle
+
+    model, other = _default_init_model(0), _default_init_model(1)
+    before = model.embed_sentences(SENTENCES)
+    model.load_state_dict(other.state_dict())  # in-place copy into the same tensors
+    after = model.embed_sentences(SENTENCES)
+    expected = other.embed_sentences(SENTENCES)
+    for a, b, c in zip(before, after, expected):
+        assert not numpy.allclose(a, b)
+        numpy.testing.assert_allclose(b, c, atol=1e-6)
+    clones = [copy.deepcopy(model), pickle.loads(pickle.dumps(model))]
+    _plain_products(monkeypatch)
+    reference = other.embed_sentences(SENTENCES)
+    monkeypatch.undo()
+    for clone in clones:
+        for a, b in zip(reference, clone.embed_sentences(SENTENCES)):
+            numpy.testing.assert_allclose(a, b, atol=1e-5)
+
+
 def _relative_rms(exact, approx):
     num = sum(float(((a.astype("d") - b) ** 2).sum()) for a, b in zip(exact, approx))
     return (num / sum(float((a.astype("d") ** 2).sum()) for a in exact)) ** 0.5

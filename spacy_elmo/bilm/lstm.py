@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from .int8 import Int8Cache, PackedLinear
+from .packed import PackCache, PackedFP32Linear, packing_supported
 
 State = Tuple[torch.Tensor, torch.Tensor]  # h (2, B, proj), c (2, B, cell)
 
@@ -53,6 +54,7 @@ class BiProjectedLSTMLayer(nn.Module):
         forget[cell_dim : 2 * cell_dim] = 1.0
         self.register_buffer("forget_offset", forget, persistent=False)
         self._int8 = Int8Cache()
+        self._packed = PackCache()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -90,6 +92,8 @@ class BiProjectedLSTMLayer(nn.Module):
             state = self.zero_state(batch, inputs)
         if self.use_fused_kernel(lengths, compute_dtype):
             return self._recur_fused(inputs, lengths, state)
+        if self.use_packed_weights(inputs, compute_dtype):
+            return self._recur_packed(inputs, lengths, state)
         bias = self.bias + self.forget_offset
         dtype = compute_dtype or inputs.dtype
         # All input projections at once: (2, T*B, in) x (2, in, 4C).
@@ -157,6 +161,57 @@ class BiProjectedLSTMLayer(nn.Module):
                 break
             for d in range(n_dir):
                 gates = hh[d](h[d, :n]).add_(xw[d][t, :n])
+                gates[:, : 2 * C].sigmoid_()
+                gates[:, 2 * C : 3 * C].tanh_()
+                gates[:, 3 * C :].sigmoid_()
+                i, f, g, o = gates.chunk(4, dim=-1)
+                c_t = c[d, :n]
+                c_t.mul_(f).addcmul_(i, g)
+                if self.cell_clip is not None:
+                    c_t.clamp_(-self.cell_clip, self.cell_clip)
+                h_t = proj[d](torch.tanh(c_t).mul_(o))
+                if self.proj_clip is not None:
+                    h_t.clamp_(-self.proj_clip, self.proj_clip)
+                h[d, :n] = h_t
+                out[d, t, :n] = h_t
+        return out, (h, c)
+
+    def use_packed_weights(self, inputs: torch.Tensor, compute_dtype: Optional[torch.dtype]) -> bool:
+        """CPU float32 inference multiplies by weights packed once by oneDNN
+        (see :mod:`.packed`) where this PyTorch build supports it."""
+        return (
+            inputs.device.type == "cpu"
+            and inputs.dtype == torch.float32
+            and compute_dtype in (None, torch.float32)
+            and not torch.is_grad_enabled()
+            and packing_supported()
+        )
+
+    def _packed_weights(self) -> Dict[str, List[PackedFP32Linear]]:
+        bias = (self.bias + self.forget_offset).detach()
+        return {
+            "ih": [PackedFP32Linear(self.weight_ih[d], bias[d]) for d in range(2)],
+            "hh": [PackedFP32Linear(self.weight_hh[d]) for d in range(2)],
+            "proj": [PackedFP32Linear(self.weight_proj[d]) for d in range(2)],
+        }
+
+    def _recur_packed(self, inputs: torch.Tensor, lengths: List[int], state: State) -> Tuple[torch.Tensor, State]:
+        """:meth:`_recur_inplace` with packed fp32 weights, one direction
+        after the other (each product's weight is packed on its own)."""
+        packs = self._packed.get(self, lambda layer: layer._packed_weights())
+        ih, hh, proj = packs["ih"], packs["hh"], packs["proj"]
+        n_dir, n_steps, batch, _ = inputs.shape
+        xw = [ih[d](inputs[d].reshape(-1, self.input_dim)).view(n_steps, batch, -1) for d in range(n_dir)]
+        h = state[0].to(torch.float32, copy=True)
+        c = state[1].to(torch.float32, copy=True)
+        C = self.cell_dim
+        out = inputs.new_zeros(n_dir, n_steps, batch, self.projection_dim)
+        for t in range(n_steps):
+            n = sum(1 for length in lengths if length > t)
+            if n == 0:
+                break
+            for d in range(n_dir):
+                gates = hh[d](h[d, :n], xw[d][t, :n])
                 gates[:, : 2 * C].sigmoid_()
                 gates[:, 2 * C : 3 * C].tanh_()
                 gates[:, 3 * C :].sigmoid_()

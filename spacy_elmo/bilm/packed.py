@@ -1,0 +1,99 @@
+"""Pre-packed float32 weights for the CPU inference recurrence.
+
+An LSTM step multiplies a few dozen rows (the active sentences) by a large
+weight matrix (4 x cell_dim columns). A plain ``torch.addmm`` re-lays the whole
+weight out for the CPU's matrix kernel on every call, so at that row count
+it runs memory-bound, at about a third of the machine's fp32 matmul peak.
+oneDNN (PyTorch's ``mkldnn`` backend) can lay a weight out once and reuse it:
+``torch.ops.mkldnn._reorder_linear_weight`` packs it and
+``torch.ops.mkldnn._linear_pointwise`` multiplies by the packed weight, adding
+the step's input product in the same call. That doubles the speed of the
+per-step products on a 2-core AVX2 machine (``python -m spacy_elmo
+benchmark``, README "Speed and memory").
+
+The result is float32 throughout, equal to the unpacked product up to
+summation order (about 1e-6); rows are computed independently, so a
+sentence's vectors still do not depend on its batch (tested). These are the
+ops PyTorch's own compiler uses for frozen CPU linear layers; they are not
+public API, so :func:`packing_supported` checks them once and the recurrence
+falls back to plain products where they are missing or fail.
+
+Packed weights are made on first use and remade whenever a parameter changes
+(tracked by tensor version, like the int8 weights and the word-type cache);
+they are never copied, pickled or trained.
+"""
+from functools import lru_cache
+from typing import Dict, Optional, Tuple
+
+import torch
+from torch import nn
+
+from .int8 import _stamp
+
+
+@lru_cache(maxsize=None)
+def packing_supported() -> bool:
+    """Whether this PyTorch build packs fp32 linear weights with oneDNN
+    (and the packed product matches the plain one)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    ops = torch.ops.mkldnn
+    if not (hasattr(ops, "_reorder_linear_weight") and hasattr(ops, "_linear_pointwise")):
+        return False
+    try:
+        gen = torch.Generator().manual_seed(0)
+        weight = torch.randn(24, 8, generator=gen)
+        x = torch.randn(3, 8, generator=gen)
+        add = torch.randn(3, 24, generator=gen)
+        bias = torch.randn(24, generator=gen)
+        plain = PackedFP32Linear(weight)
+        biased = PackedFP32Linear(weight, bias)
+        checks = [
+            (plain(x), x @ weight.t()),
+            (plain(x, add), torch.addmm(add, x, weight.t())),
+            (biased(x), torch.addmm(bias, x, weight.t())),
+            (biased(x, add), torch.addmm(bias, x, weight.t()) + add),
+        ]
+        return all(torch.allclose(got, want, atol=1e-5) for got, want in checks)
+    except Exception:  # an op that exists but does not run on this build/CPU
+        return False
+
+
+class PackedFP32Linear:
+    """``x @ weight.T + bias (+ add)`` with ``weight`` packed once by oneDNN
+    (CPU, float32, inference only)."""
+
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, rows_hint: int = 32) -> None:
+        weight = weight.detach().float().contiguous()
+        self.out_features, self.in_features = weight.shape
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows_hint)
+        self.bias = None if bias is None else bias.detach().float().contiguous()
+
+    def __call__(self, x: torch.Tensor, add: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``x``: (n, in_features), ``add``: None or (n, out_features)."""
+        x = x.contiguous()
+        if add is None:
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise.binary(x, add.contiguous(), self.packed, self.bias, "add")
+
+
+class PackCache:
+    """Packed weights of a module, remade when any of its parameters changes;
+    empty again in copies and pickles (packed oneDNN tensors cannot be copied)."""
+
+    def __init__(self) -> None:
+        self._stamp: Optional[Tuple] = None
+        self._packs: Dict[str, object] = {}
+
+    def __deepcopy__(self, memo) -> "PackCache":
+        return PackCache()
+
+    def __getstate__(self) -> Dict:
+        return {"_stamp": None, "_packs": {}}
+
+    def get(self, module: nn.Module, build) -> Dict[str, object]:
+        stamp = _stamp(module.parameters())
+        if stamp != self._stamp:
+            self._packs = build(module)
+            self._stamp = stamp
+        return self._packs
