@@ -177,6 +177,25 @@ def test_packed_weights_follow_weight_changes_and_copies(monkeypatch):
             numpy.testing.assert_allclose(a, b, atol=1e-5)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_first_layer_input_products_per_type_equal_per_position(monkeypatch, precision):
+    from spacy_elmo.bilm.model import BiLM
+
+    model = _default_init_model()
+    model.precision = precision
+    # Repeated words in one batch, at different positions and lengths.
+    sentences = SENTENCES + [["the", "bank", "the", "bank", "."], ["bank", "."], ["."]]
+    ids = torch.from_numpy(batch_to_char_ids(sentences)[0])
+    with torch.no_grad():
+        encoded, inverse = model._encode_types(ids)
+        assert model._first_input_products(encoded, inverse, torch.zeros_like(inverse)) is not None
+    per_type = model.embed_sentences(sentences)
+    monkeypatch.setattr(BiLM, "_first_input_products", lambda *args: None)
+    per_position = model.embed_sentences(sentences)
+    for a, b in zip(per_type, per_position):
+        numpy.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+
+
 def _relative_rms(exact, approx):
     num = sum(float(((a.astype("d") - b) ** 2).sum()) for a, b in zip(exact, approx))
     return (num / sum(float((a.astype("d") ** 2).sum()) for a in exact)) ** 0.5

@@ -74,6 +74,7 @@ class BiProjectedLSTMLayer(nn.Module):
         lengths: List[int],
         state: Optional[State] = None,
         compute_dtype: Optional[torch.dtype] = None,
+        input_products: Optional[List[torch.Tensor]] = None,
     ) -> Tuple[torch.Tensor, State]:
         """Run both directions.
 
@@ -86,6 +87,10 @@ class BiProjectedLSTMLayer(nn.Module):
         ``compute_dtype`` (e.g. bfloat16, inference only) runs the matrix
         products in that dtype; the cell state and the outputs stay in the
         input's dtype.
+
+        ``input_products``: ``inputs @ W_ih.T + bias`` per direction, (T, B,
+        4 x cell_dim), when the caller already has them (used on the
+        packed-weight path only, see :meth:`type_input_products`).
         """
         n_dir, n_steps, batch, _ = inputs.shape
         if state is None:
@@ -93,7 +98,7 @@ class BiProjectedLSTMLayer(nn.Module):
         if self.use_fused_kernel(lengths, compute_dtype):
             return self._recur_fused(inputs, lengths, state)
         if self.use_packed_weights(inputs, compute_dtype):
-            return self._recur_packed(inputs, lengths, state)
+            return self._recur_packed(inputs, lengths, state, input_products)
         bias = self.bias + self.forget_offset
         dtype = compute_dtype or inputs.dtype
         # All input projections at once: (2, T*B, in) x (2, in, 4C).
@@ -131,10 +136,12 @@ class BiProjectedLSTMLayer(nn.Module):
         lengths: List[int],
         state: Optional[State] = None,
         input_bound: Optional[float] = None,
+        input_products: Optional[List[torch.Tensor]] = None,
     ) -> Tuple[torch.Tensor, State]:
         """:meth:`forward` with int8 matrix products (see :mod:`.int8`);
         inference on CPU only. ``input_bound``: a bound on ``|inputs|``
-        (None: the input product runs in float32)."""
+        (None: the input product runs in float32); ``input_products`` as in
+        :meth:`forward`."""
         n_dir, n_steps, batch, _ = inputs.shape
         if state is None:
             state = self.zero_state(batch, inputs)
@@ -143,7 +150,7 @@ class BiProjectedLSTMLayer(nn.Module):
         # Directions one after the other: stacking their (B, 4C) gates would
         # copy more than the elementwise work costs.
         bias = self.bias + self.forget_offset
-        xw = [
+        xw = input_products or [
             torch.addmm(bias[d], inputs[d].reshape(-1, self.input_dim), self.weight_ih[d].t()).view(
                 n_steps, batch, -1
             )
@@ -195,13 +202,27 @@ class BiProjectedLSTMLayer(nn.Module):
             "proj": [PackedFP32Linear(self.weight_proj[d]) for d in range(2)],
         }
 
-    def _recur_packed(self, inputs: torch.Tensor, lengths: List[int], state: State) -> Tuple[torch.Tensor, State]:
+    def type_input_products(self, encodings: torch.Tensor) -> List[torch.Tensor]:
+        """``encodings @ W_ih.T + bias`` (n, 4 x cell_dim) for each direction,
+        with the packed weights (CPU float32 inference)."""
+        ih = self._packed.get(self, lambda layer: layer._packed_weights())["ih"]
+        return [ih[d](encodings) for d in range(2)]
+
+    def _recur_packed(
+        self,
+        inputs: torch.Tensor,
+        lengths: List[int],
+        state: State,
+        input_products: Optional[List[torch.Tensor]] = None,
+    ) -> Tuple[torch.Tensor, State]:
         """:meth:`_recur_inplace` with packed fp32 weights, one direction
         after the other (each product's weight is packed on its own)."""
         packs = self._packed.get(self, lambda layer: layer._packed_weights())
         ih, hh, proj = packs["ih"], packs["hh"], packs["proj"]
         n_dir, n_steps, batch, _ = inputs.shape
-        xw = [ih[d](inputs[d].reshape(-1, self.input_dim)).view(n_steps, batch, -1) for d in range(n_dir)]
+        xw = input_products or [
+            ih[d](inputs[d].reshape(-1, self.input_dim)).view(n_steps, batch, -1) for d in range(n_dir)
+        ]
         h = state[0].to(torch.float32, copy=True)
         c = state[1].to(torch.float32, copy=True)
         C = self.cell_dim

@@ -2,7 +2,7 @@
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy
 import torch
@@ -203,9 +203,15 @@ class BiLM(nn.Module):
         seen in earlier calls.
         """
         lead = char_ids.shape[:-1]
-        flat = char_ids.reshape(-1, char_ids.shape[-1])
-        if flat.shape[0] == 0:
+        if char_ids.numel() == 0:
             return self.token_encoder(char_ids)
+        encoded, inverse = self._encode_types(char_ids)
+        return encoded.index_select(0, inverse.reshape(-1)).reshape(*lead, -1)
+
+    def _encode_types(self, char_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The encodings (n_types, projection_dim) of the distinct tokens of
+        non-empty ``char_ids``, and each token's type index (its leading shape)."""
+        flat = char_ids.reshape(-1, char_ids.shape[-1])
         unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
         use_cache = (
             self.token_cache.max_size > 0 and not self.training and not torch.is_grad_enabled()
@@ -218,7 +224,31 @@ class BiLM(nn.Module):
             else:
                 encoded = self.token_encoder(unique)
         weight = self.token_encoder.char_embedding.weight
-        return encoded.to(weight.dtype).index_select(0, inverse).reshape(*lead, -1)
+        return encoded.to(weight.dtype), inverse.reshape(char_ids.shape[:-1])
+
+    def _first_input_products(
+        self, encoded: torch.Tensor, inverse: torch.Tensor, rev: torch.Tensor
+    ) -> Optional[List[torch.Tensor]]:
+        """The first LSTM layer's input products, computed once per token
+        type and gathered into place ((T, B, 4 x cell_dim) per direction), or
+        None where that layer computes them itself. Exact: like the token
+        encoding, ``x W_ih + b`` depends on the word alone. CPU inference on
+        the packed-weight and int8 paths, where the layer's own product would
+        cost a quarter of the LSTM work."""
+        first = self.layers[0]
+        if (
+            torch.is_grad_enabled()
+            or (self.training and self.dropout)
+            or encoded.device.type != "cpu"
+            or not first.use_packed_weights(encoded.unsqueeze(0), self._compute_dtype)
+        ):
+            return None
+        per_type = first.type_input_products(encoded)
+        positions = [inverse.t(), inverse.gather(1, rev).t()]  # forward, backward (T, B)
+        return [
+            products.index_select(0, index.reshape(-1)).view(*index.shape, -1)
+            for products, index in zip(per_type, positions)
+        ]
 
     def _int8_input_bound(self, index: int) -> Optional[float]:
         """A bound on the inputs of LSTM layer ``index`` (None for the first:
@@ -244,8 +274,15 @@ class BiLM(nn.Module):
         n_steps = int(lengths_list[0]) if batch else 0
         sorted_ids = char_ids[order, :n_steps]
 
-        tokens = self.encode_tokens(sorted_ids) * mask[order, :n_steps].unsqueeze(-1)
         rev = reverse_index(sorted_lengths, n_steps)
+        first_products = None
+        if sorted_ids.numel() == 0:
+            tokens = self.token_encoder(sorted_ids)
+        else:
+            encoded, inverse = self._encode_types(sorted_ids)
+            tokens = encoded.index_select(0, inverse.reshape(-1)).view(batch, n_steps, -1)
+            first_products = self._first_input_products(encoded, inverse, rev)
+        tokens = tokens * mask[order, :n_steps].unsqueeze(-1)
         backward_tokens = tokens.gather(1, rev.unsqueeze(-1).expand_as(tokens))
         # (2, T, B, dim), time-major for the recurrence.
         x = torch.stack([tokens, backward_tokens]).transpose(1, 2)
@@ -256,10 +293,13 @@ class BiLM(nn.Module):
         for index, layer in enumerate(self.layers):
             layer_in = nn.functional.dropout(x, self.dropout, self.training) if self.dropout else x
             state = None if states is None else states[index]
+            products = first_products if index == 0 else None
             if self._precision == "int8" and not torch.is_grad_enabled():
-                out, final = layer.forward_int8(layer_in, lengths_list, state, self._int8_input_bound(index))
+                out, final = layer.forward_int8(
+                    layer_in, lengths_list, state, self._int8_input_bound(index), input_products=products
+                )
             else:
-                out, final = layer(layer_in, lengths_list, state, self._compute_dtype)
+                out, final = layer(layer_in, lengths_list, state, self._compute_dtype, input_products=products)
             finals.append(final)
             if index > 0 and self.options.use_skip_connections:
                 out = out + x
