@@ -177,12 +177,10 @@ def test_packed_weights_follow_weight_changes_and_copies(monkeypatch):
             numpy.testing.assert_allclose(a, b, atol=1e-5)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "int8"])
-def test_first_layer_input_products_per_type_equal_per_position(monkeypatch, precision):
+def test_first_layer_input_products_per_type_equal_per_position(monkeypatch):
     from spacy_elmo.bilm.model import BiLM
 
     model = _default_init_model()
-    model.precision = precision
     # Repeated words in one batch, at different positions and lengths.
     sentences = SENTENCES + [["the", "bank", "the", "bank", "."], ["bank", "."], ["."]]
     ids = torch.from_numpy(batch_to_char_ids(sentences)[0])

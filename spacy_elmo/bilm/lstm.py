@@ -128,6 +128,10 @@ class BiProjectedLSTMLayer(nn.Module):
             ],
             "hh": [PackedLinear(self.weight_hh[d], None, h_bound) for d in range(2)],
             "proj": [PackedLinear(self.weight_proj[d], None, 1.0) for d in range(2)],
+            # Unbounded inputs (token encodings): rows scaled to max |x| = 1.
+            "ih_rows": [PackedLinear(self.weight_ih[d], None, 1.0) for d in range(2)]
+            if input_bound is None
+            else [],
         }
 
     def forward_int8(
@@ -202,11 +206,21 @@ class BiProjectedLSTMLayer(nn.Module):
             "proj": [PackedFP32Linear(self.weight_proj[d]) for d in range(2)],
         }
 
-    def type_input_products(self, encodings: torch.Tensor) -> List[torch.Tensor]:
+    def type_input_products(self, encodings: torch.Tensor, int8: bool = False) -> List[torch.Tensor]:
         """``encodings @ W_ih.T + bias`` (n, 4 x cell_dim) for each direction,
-        with the packed weights (CPU float32 inference)."""
-        ih = self._packed.get(self, lambda layer: layer._packed_weights())["ih"]
-        return [ih[d](encodings) for d in range(2)]
+        with the packed fp32 weights (CPU inference), or with ``int8``
+        weights: each row is divided by its largest magnitude before the
+        product and multiplied back after it, so every row is quantized on
+        its own full range and its result does not depend on the other rows
+        (encodings have no bound that a fixed anchor could use)."""
+        if not int8:
+            ih = self._packed.get(self, lambda layer: layer._packed_weights())["ih"]
+            return [ih[d](encodings) for d in range(2)]
+        rows = self._int8.get(self, lambda layer: layer._int8_packs(None), key=None)["ih_rows"]
+        scale = encodings.abs().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(encodings.dtype).tiny)
+        unit = encodings / scale
+        bias = self.bias + self.forget_offset
+        return [rows[d](unit).mul_(scale).add_(bias[d]) for d in range(2)]
 
     def _recur_packed(
         self,

@@ -236,14 +236,15 @@ class BiLM(nn.Module):
         the packed-weight and int8 paths, where the layer's own product would
         cost a quarter of the LSTM work."""
         first = self.layers[0]
+        int8 = self._precision == "int8"
         if (
             torch.is_grad_enabled()
             or (self.training and self.dropout)
             or encoded.device.type != "cpu"
-            or not first.use_packed_weights(encoded.unsqueeze(0), self._compute_dtype)
+            or not (int8 or first.use_packed_weights(encoded.unsqueeze(0), self._compute_dtype))
         ):
             return None
-        per_type = first.type_input_products(encoded)
+        per_type = first.type_input_products(encoded, int8=int8)
         positions = [inverse.t(), inverse.gather(1, rev).t()]  # forward, backward (T, B)
         return [
             products.index_select(0, index.reshape(-1)).view(*index.shape, -1)
