@@ -1,16 +1,18 @@
 """The opt-in int8 inference path: dynamically quantized matrix products.
 
-With ``bilm.precision = "int8"`` (CPU, inference only) the matrix products
-whose inputs have a known bound run with int8 weights (symmetric, one scale
+With ``bilm.precision = "int8"`` (CPU, inference only) these matrix
+products run with int8 weights (symmetric, one scale
 per output channel) on PyTorch's fbgemm/x86 ``linear_dynamic`` kernel, with
 ``reduce_range`` as fbgemm asks, so that its 16-bit accumulation cannot
 saturate: the char-CNN convolutions (inputs: char embeddings), the LSTM's
 recurrent products (inputs: the projected state, bounded by ``proj_clip`` or
 by the projection's row sums), its projections (inputs: ``tanh(c) * o`` in
-[-1, 1]) and the input products of every LSTM layer but the first (inputs:
-earlier layers' outputs). The highway layers, the token projection and the
-first layer's input product stay in float32, as do all element-wise work and
-the outputs.
+[-1, 1]), the input products of every LSTM layer but the first (inputs:
+earlier layers' outputs) and, per word type, the first layer's input
+products (inputs: token encodings, with no bound: each row is divided by its
+largest magnitude before the product and multiplied back after it, see
+``BiProjectedLSTMLayer.type_input_products``). The highway layers, the token
+projection, all element-wise work and the outputs stay in float32.
 
 Why bounds: ``linear_dynamic`` quantizes its input with one scale per call,
 taken from the input's range, so a row's result would depend on the other
