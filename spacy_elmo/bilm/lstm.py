@@ -162,8 +162,17 @@ class BiProjectedLSTMLayer(nn.Module):
             else ih[d](inputs[d])
             for d in range(n_dir)
         ]
-        h = state[0].clone()
-        c = state[1].clone()
+        return self._recur_per_direction(
+            inputs, lengths, state, lambda d, h, x: hh[d](h).add_(x), lambda d, a: proj[d](a), xw
+        )
+
+    def _recur_per_direction(self, inputs, lengths, state, gates_fn, proj_fn, xw):
+        """The in-place inference recurrence, one direction after the other:
+        ``gates_fn(d, h, xw_t)`` gives the step's gate pre-activations of
+        direction ``d``, ``proj_fn(d, tanh(c) * o)`` its projection."""
+        n_dir, n_steps, batch, _ = inputs.shape
+        h = state[0].to(torch.float32, copy=True)
+        c = state[1].to(torch.float32, copy=True)
         C = self.cell_dim
         out = inputs.new_zeros(n_dir, n_steps, batch, self.projection_dim)
         for t in range(n_steps):
@@ -171,7 +180,7 @@ class BiProjectedLSTMLayer(nn.Module):
             if n == 0:
                 break
             for d in range(n_dir):
-                gates = hh[d](h[d, :n]).add_(xw[d][t, :n])
+                gates = gates_fn(d, h[d, :n], xw[d][t, :n])
                 gates[:, : 2 * C].sigmoid_()
                 gates[:, 2 * C : 3 * C].tanh_()
                 gates[:, 3 * C :].sigmoid_()
@@ -180,7 +189,7 @@ class BiProjectedLSTMLayer(nn.Module):
                 c_t.mul_(f).addcmul_(i, g)
                 if self.cell_clip is not None:
                     c_t.clamp_(-self.cell_clip, self.cell_clip)
-                h_t = proj[d](torch.tanh(c_t).mul_(o))
+                h_t = proj_fn(d, torch.tanh(c_t).mul_(o))
                 if self.proj_clip is not None:
                     h_t.clamp_(-self.proj_clip, self.proj_clip)
                 h[d, :n] = h_t
@@ -237,30 +246,9 @@ class BiProjectedLSTMLayer(nn.Module):
         xw = input_products or [
             ih[d](inputs[d].reshape(-1, self.input_dim)).view(n_steps, batch, -1) for d in range(n_dir)
         ]
-        h = state[0].to(torch.float32, copy=True)
-        c = state[1].to(torch.float32, copy=True)
-        C = self.cell_dim
-        out = inputs.new_zeros(n_dir, n_steps, batch, self.projection_dim)
-        for t in range(n_steps):
-            n = sum(1 for length in lengths if length > t)
-            if n == 0:
-                break
-            for d in range(n_dir):
-                gates = hh[d](h[d, :n], xw[d][t, :n])
-                gates[:, : 2 * C].sigmoid_()
-                gates[:, 2 * C : 3 * C].tanh_()
-                gates[:, 3 * C :].sigmoid_()
-                i, f, g, o = gates.chunk(4, dim=-1)
-                c_t = c[d, :n]
-                c_t.mul_(f).addcmul_(i, g)
-                if self.cell_clip is not None:
-                    c_t.clamp_(-self.cell_clip, self.cell_clip)
-                h_t = proj[d](torch.tanh(c_t).mul_(o))
-                if self.proj_clip is not None:
-                    h_t.clamp_(-self.proj_clip, self.proj_clip)
-                h[d, :n] = h_t
-                out[d, t, :n] = h_t
-        return out, (h, c)
+        return self._recur_per_direction(
+            inputs, lengths, state, lambda d, h, x: hh[d](h, x), lambda d, a: proj[d](a), xw
+        )
 
     def use_fused_kernel(self, lengths: List[int], compute_dtype: Optional[torch.dtype]) -> bool:
         """PyTorch's own LSTM kernel (``torch.lstm`` with a projection) computes
