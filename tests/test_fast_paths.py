@@ -132,13 +132,21 @@ def test_fused_kernel_for_unclipped_models_equals_our_recurrence():
         assert not random_model().layers[0].use_fused_kernel([3, 2], None)
 
 
+@pytest.fixture
+def packed_everywhere(monkeypatch):
+    """Pack the test models' (small) weights too, as the large shapes are."""
+    from spacy_elmo.bilm.lstm import BiProjectedLSTMLayer
+
+    monkeypatch.setattr(BiProjectedLSTMLayer, "PACKED_MIN_WEIGHT_ELEMENTS", 0)
+
+
 def _plain_products(monkeypatch):
     import spacy_elmo.bilm.lstm as lstm
 
     monkeypatch.setattr(lstm, "packing_supported", lambda: False)
 
 
-def test_packed_weights_equal_plain_products(monkeypatch):
+def test_packed_weights_equal_plain_products(monkeypatch, packed_everywhere):
     from spacy_elmo.bilm.packed import packing_supported
 
     # The x86 CPU wheels of PyTorch have oneDNN: the fast path must be on there.
@@ -156,28 +164,7 @@ def test_packed_weights_equal_plain_products(monkeypatch):
         numpy.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, rtol=0)
 
 
-def test_packed_weights_follow_weight_changes_and_copies(monkeypatch):
-    import copy
-    import pickle
-
-    model, other = _default_init_model(0), _default_init_model(1)
-    before = model.embed_sentences(SENTENCES)
-    model.load_state_dict(other.state_dict())  # in-place copy into the same tensors
-    after = model.embed_sentences(SENTENCES)
-    expected = other.embed_sentences(SENTENCES)
-    for a, b, c in zip(before, after, expected):
-        assert not numpy.allclose(a, b)
-        numpy.testing.assert_allclose(b, c, atol=1e-6)
-    clones = [copy.deepcopy(model), pickle.loads(pickle.dumps(model))]
-    _plain_products(monkeypatch)
-    reference = other.embed_sentences(SENTENCES)
-    monkeypatch.undo()
-    for clone in clones:
-        for a, b in zip(reference, clone.embed_sentences(SENTENCES)):
-            numpy.testing.assert_allclose(a, b, atol=1e-5)
-
-
-def test_first_layer_input_products_per_type_equal_per_position(monkeypatch):
+def test_first_layer_input_products_per_type_equal_per_position(monkeypatch, packed_everywhere):
     from spacy_elmo.bilm.model import BiLM
 
     model = _default_init_model()
@@ -227,16 +214,32 @@ def test_int8_fast_path_is_close_and_opt_in():
         numpy.testing.assert_array_equal(a, b)
 
 
-def test_int8_weights_follow_weight_changes_and_copies():
+def test_only_large_weights_are_packed():
+    from spacy_elmo.bilm.lstm import BiProjectedLSTMLayer
+
+    x = torch.zeros(2, 1, 1, 4)
+    with torch.no_grad():
+        assert not random_model().layers[0].use_packed_weights(x, None)
+        # The medium published shape (2048 cells, 256 projection) is packed.
+        medium = BiProjectedLSTMLayer(256, 2048, 256)
+        assert medium.use_packed_weights(x, None) == torch.backends.mkldnn.is_available()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_packed_weights_follow_weight_changes_and_copies(precision, packed_everywhere):
+    """Packed fp32 (oneDNN) and int8 weights are remade when weights change
+    and are not shared by copies."""
     import copy
     import pickle
 
     from spacy_elmo.bilm.int8 import int8_supported
 
-    if not int8_supported():
+    if precision == "int8" and not int8_supported():
         pytest.skip("this PyTorch build has no fbgemm/x86 quantized kernels")
     model, other = _default_init_model(0), _default_init_model(1)
-    model.precision = other.precision = "int8"
+    model.precision = other.precision = precision
+    with torch.no_grad():
+        assert model.layers[0].use_packed_weights(torch.zeros(2, 1, 1, 4), None) == torch.backends.mkldnn.is_available()
     before = model.embed_sentences(SENTENCES)
     model.load_state_dict(other.state_dict())  # in-place copy into the same tensors
     after = model.embed_sentences(SENTENCES)
@@ -245,7 +248,7 @@ def test_int8_weights_follow_weight_changes_and_copies():
         assert not numpy.allclose(a, b)
         numpy.testing.assert_allclose(b, c, atol=1e-6)
     for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
-        assert clone.precision == "int8"
+        assert clone.precision == precision
         for a, b in zip(expected, clone.embed_sentences(SENTENCES)):
             numpy.testing.assert_allclose(a, b, atol=1e-6)
 

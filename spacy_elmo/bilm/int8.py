@@ -26,10 +26,11 @@ benchmark``. The quantized weights are made on first use and remade whenever
 a weight changes (tracked by tensor version, like the word-type cache).
 """
 import warnings
-from typing import Dict, Iterable, Optional, Tuple
+from typing import Optional
 
 import torch
-from torch import nn
+
+from .packed import PackCache
 
 
 def int8_supported() -> bool:
@@ -69,28 +70,9 @@ class PackedLinear:
         return out[:-1].view(*lead, self.out_features)
 
 
-def _stamp(params: Iterable[torch.Tensor]) -> Tuple:
-    return tuple((p.data_ptr(), p._version, p.device) for p in params)
-
-
-class Int8Cache:
+class Int8Cache(PackCache):
     """Packed int8 weights of a module, remade when any parameter changes."""
 
-    def __init__(self) -> None:
-        self._stamp: Optional[Tuple] = None
-        self._packs: Dict[str, object] = {}
-
-    def __deepcopy__(self, memo) -> "Int8Cache":
-        return Int8Cache()  # packed weights are remade on first use
-
-    def __getstate__(self) -> Dict:
-        return {"_stamp": None, "_packs": {}}
-
-    def get(self, module: nn.Module, build, key=None) -> Dict[str, object]:
-        stamp = (key,) + _stamp(module.parameters())
-        if stamp != self._stamp:
-            if not int8_supported():
-                raise RuntimeError("precision='int8' needs PyTorch's fbgemm/x86 quantized kernels")
-            self._packs = build(module)
-            self._stamp = stamp
-        return self._packs
+    def _check(self) -> None:
+        if not int8_supported():
+            raise RuntimeError("precision='int8' needs PyTorch's fbgemm/x86 quantized kernels")

@@ -32,6 +32,13 @@ State = Tuple[torch.Tensor, torch.Tensor]  # h (2, B, proj), c (2, B, cell)
 
 
 class BiProjectedLSTMLayer(nn.Module):
+    #: CPU inference packs the weights with oneDNN (see :mod:`.packed`) when a
+    #: recurrent weight has at least this many elements (8 MB in float32:
+    #: the medium and original shapes). Smaller weights stay in the CPU's
+    #: cache, where the plain product of both directions at once is faster
+    #: (small shape: -9% packed; ``benchmarks/exact_ablation.py``).
+    PACKED_MIN_WEIGHT_ELEMENTS = 1 << 21
+
     def __init__(
         self,
         input_dim: int,
@@ -198,9 +205,11 @@ class BiProjectedLSTMLayer(nn.Module):
 
     def use_packed_weights(self, inputs: torch.Tensor, compute_dtype: Optional[torch.dtype]) -> bool:
         """CPU float32 inference multiplies by weights packed once by oneDNN
-        (see :mod:`.packed`) where this PyTorch build supports it."""
+        (see :mod:`.packed`) where this PyTorch build supports it and the
+        weights are large (:attr:`PACKED_MIN_WEIGHT_ELEMENTS`)."""
         return (
-            inputs.device.type == "cpu"
+            self.weight_hh[0].numel() >= self.PACKED_MIN_WEIGHT_ELEMENTS
+            and inputs.device.type == "cpu"
             and inputs.dtype == torch.float32
             and compute_dtype in (None, torch.float32)
             and not torch.is_grad_enabled()

@@ -23,12 +23,14 @@ Packed weights are made on first use and remade whenever a parameter changes
 they are never copied, pickled or trained.
 """
 from functools import lru_cache
-from typing import Dict, Optional, Tuple
+from typing import Dict, Iterable, Optional, Tuple
 
 import torch
 from torch import nn
 
-from .int8 import _stamp
+
+def _stamp(params: Iterable[torch.Tensor]) -> Tuple:
+    return tuple((p.data_ptr(), p._version, p.device) for p in params)
 
 
 @lru_cache(maxsize=None)
@@ -78,22 +80,28 @@ class PackedFP32Linear:
 
 
 class PackCache:
-    """Packed weights of a module, remade when any of its parameters changes;
-    empty again in copies and pickles (packed oneDNN tensors cannot be copied)."""
+    """Packed weights of a module (oneDNN fp32 here, int8 in
+    :class:`.int8.Int8Cache`), remade when any of its parameters changes or
+    ``key`` differs; empty again in copies and pickles (packed tensors
+    cannot be copied)."""
 
     def __init__(self) -> None:
         self._stamp: Optional[Tuple] = None
         self._packs: Dict[str, object] = {}
 
     def __deepcopy__(self, memo) -> "PackCache":
-        return PackCache()
+        return type(self)()
 
     def __getstate__(self) -> Dict:
         return {"_stamp": None, "_packs": {}}
 
-    def get(self, module: nn.Module, build) -> Dict[str, object]:
-        stamp = _stamp(module.parameters())
+    def _check(self) -> None:
+        """Raise if this kind of packing cannot run here."""
+
+    def get(self, module: nn.Module, build, key=None) -> Dict[str, object]:
+        stamp = (key,) + _stamp(module.parameters())
         if stamp != self._stamp:
+            self._check()
             self._packs = build(module)
             self._stamp = stamp
         return self._packs

@@ -3,7 +3,6 @@ from typing import Dict
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from .chars import PAD_CHAR
 from .int8 import Int8Cache, PackedLinear

@@ -1,0 +1,95 @@
+"""What the CPU exact path's packed weights and per-type first-layer products
+each bring, measured in one process on the benchmark's sentence set.
+
+    python benchmarks/exact_ablation.py --shape original --batch-size 32
+
+Times ``embed_sentences`` (word-type cache warm, best of ``--repeats``,
+configurations interleaved so that drift in machine speed hits all alike) for
+
+* ``plain``: plain PyTorch products (no oneDNN-packed weights), first-layer
+  input products per position;
+* ``packed``: packed weights, first-layer input products per position;
+* ``packed+types``: packed weights, first-layer input products per word type;
+
+whatever the size threshold for packing
+(``BiProjectedLSTMLayer.PACKED_MIN_WEIGHT_ELEMENTS``; the default path of the
+shape is printed),
+
+and one LSTM step's recurrent product (32 rows x the shape's 4 x cell_dim
+columns) with a plain ``addmm`` and with the packed weight, in GFLOP/s.
+"""
+import time
+from unittest import mock
+
+import typer
+
+import spacy_elmo.bilm.lstm as lstm
+from spacy_elmo.benchmark import make_sentences, published_options
+from spacy_elmo.bilm import BiLM
+from spacy_elmo.bilm.lstm import BiProjectedLSTMLayer
+from spacy_elmo.bilm.model import BiLM as BiLMClass
+from spacy_elmo.bilm.packed import PackedFP32Linear, packing_supported
+
+
+def _step_products(model: BiLM, rows: int, repeats: int = 20) -> None:
+    import torch
+
+    layer = model.layers[0]
+    weight = layer.weight_hh[0].detach()
+    h = torch.randn(rows, weight.shape[1])
+    add = torch.randn(rows, weight.shape[0])
+    packed = PackedFP32Linear(weight)
+    flops = 2 * rows * weight.shape[0] * weight.shape[1]
+    for name, fn in (("addmm", lambda: torch.addmm(add, h, weight.t())), ("packed", lambda: packed(h, add))):
+        fn()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        seconds = (time.perf_counter() - start) / repeats
+        print(f"step product {tuple(h.shape)} x {tuple(weight.t().shape)} {name:>7}: {flops / seconds / 1e9:6.1f} GFLOP/s")
+
+
+def main(
+    shape: str = typer.Option("original", help="small, medium or original"),
+    batch_size: int = typer.Option(32, help="Sentences per batch"),
+    repeats: int = typer.Option(3, help="Timed passes per configuration"),
+    seed: int = typer.Option(0),
+) -> None:
+    import torch
+
+    if not packing_supported():
+        raise SystemExit("this PyTorch build cannot pack fp32 weights with oneDNN: nothing to compare")
+    torch.manual_seed(seed)
+    model = BiLM(published_options(shape)).eval()
+    sentences = make_sentences(seed=seed)
+    n_tokens = sum(len(s) for s in sentences)
+    default = "packed+types" if model.layers[0].weight_hh[0].numel() >= BiProjectedLSTMLayer.PACKED_MIN_WEIGHT_ELEMENTS else "plain"
+    always_pack = mock.patch.object(BiProjectedLSTMLayer, "PACKED_MIN_WEIGHT_ELEMENTS", 0)
+    configs = {
+        "plain": [mock.patch.object(lstm, "packing_supported", lambda: False)],
+        "packed": [always_pack, mock.patch.object(BiLMClass, "_first_input_products", lambda *args: None)],
+        "packed+types": [always_pack],
+    }
+    best = {name: float("inf") for name in configs}
+    model.embed_sentences(sentences, batch_size=batch_size)  # fill the word cache, warm up
+    for _ in range(repeats):
+        for name, patches in configs.items():
+            for patch in patches:
+                patch.start()
+            try:
+                start = time.perf_counter()
+                model.embed_sentences(sentences, batch_size=batch_size)
+                best[name] = min(best[name], time.perf_counter() - start)
+            finally:
+                for patch in patches:
+                    patch.stop()
+    print(f"{shape}, batch {batch_size}, {n_tokens} tokens, {torch.get_num_threads()} threads, torch {torch.__version__}")
+    for name, seconds in best.items():
+        gain = best["plain"] / seconds - 1
+        mark = "  (default for this shape)" if name == default else ""
+        print(f"{name:<13} {n_tokens / seconds:8.0f} tokens/s  {100 * gain:+5.0f}% vs plain{mark}")
+    _step_products(model, rows=batch_size)
+
+
+if __name__ == "__main__":
+    typer.run(main)
