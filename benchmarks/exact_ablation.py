@@ -11,9 +11,10 @@ configurations interleaved so that drift in machine speed hits all alike) for
 * ``packed``: packed weights, first-layer input products per position;
 * ``packed+types``: packed weights, first-layer input products per word type;
 
-whatever the size threshold for packing
-(``BiProjectedLSTMLayer.PACKED_MIN_WEIGHT_ELEMENTS``; the default path of the
-shape is printed),
+whatever the size thresholds for packing
+(``BiProjectedLSTMLayer.PACKED_MIN_WEIGHT_ELEMENTS``, and the measured choice
+for cache-sized weights; the default path of the shape on this machine is
+printed),
 
 and one LSTM step's recurrent product (32 rows x the shape's 4 x cell_dim
 columns) with a plain ``addmm`` and with the packed weight, in GFLOP/s.
@@ -63,7 +64,8 @@ def main(
     model = BiLM(published_options(shape)).eval()
     sentences = make_sentences(seed=seed)
     n_tokens = sum(len(s) for s in sentences)
-    default = "packed+types" if model.layers[0].weight_hh[0].numel() >= BiProjectedLSTMLayer.PACKED_MIN_WEIGHT_ELEMENTS else "plain"
+    with torch.inference_mode():
+        default = "packed+types" if model.layers[0].use_packed_weights(torch.zeros(2, 1, 1, 1), None) else "plain"
     always_pack = mock.patch.object(BiProjectedLSTMLayer, "PACKED_MIN_WEIGHT_ELEMENTS", 0)
     configs = {
         "plain": [mock.patch.object(lstm, "packing_supported", lambda: False)],

@@ -225,6 +225,31 @@ def test_only_large_weights_are_packed():
         assert medium.use_packed_weights(x, None) == torch.backends.mkldnn.is_available()
 
 
+def test_cache_sized_weights_are_packed_where_measured_to_pay(monkeypatch):
+    """The small published shape's weights (2 MB) are packed where a one-time
+    measurement on this machine says so, or as the class attribute says."""
+    import spacy_elmo.bilm.lstm as lstm
+    from spacy_elmo.bilm.packed import packing_pays, packing_supported
+
+    if not packing_supported():
+        pytest.skip("this PyTorch build cannot pack fp32 weights with oneDNN")
+    small = lstm.BiProjectedLSTMLayer(128, 1024, 128)
+    x = torch.zeros(2, 1, 1, 4)
+    with torch.no_grad():
+        measured = packing_pays(1024, 128, torch.get_num_threads())
+        assert isinstance(measured, bool)
+        assert small.use_packed_weights(x, None) == measured
+        for verdict in (True, False):
+            monkeypatch.setattr(lstm, "packing_pays", lambda *args, verdict=verdict: verdict)
+            assert small.use_packed_weights(x, None) == verdict
+            monkeypatch.setattr(lstm.BiProjectedLSTMLayer, "PACK_CACHE_SIZED_WEIGHTS", not verdict)
+            assert small.use_packed_weights(x, None) == (not verdict)
+            monkeypatch.setattr(lstm.BiProjectedLSTMLayer, "PACK_CACHE_SIZED_WEIGHTS", None)
+        # Training never packs.
+        monkeypatch.setattr(lstm.BiProjectedLSTMLayer, "PACK_CACHE_SIZED_WEIGHTS", True)
+    assert not small.use_packed_weights(x, None)
+
+
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
 def test_packed_weights_follow_weight_changes_and_copies(precision, packed_everywhere):
     """Packed fp32 (oneDNN) and int8 weights are remade when weights change

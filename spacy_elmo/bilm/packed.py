@@ -22,6 +22,7 @@ Packed weights are made on first use and remade whenever a parameter changes
 (tracked by tensor version, like the int8 weights and the word-type cache);
 they are never copied, pickled or trained.
 """
+import time
 from functools import lru_cache
 from typing import Dict, Iterable, Optional, Tuple
 
@@ -105,3 +106,45 @@ class PackCache:
             self._packs = build(module)
             self._stamp = stamp
         return self._packs
+
+
+@lru_cache(maxsize=None)
+def packing_pays(cell_dim: int, projection_dim: int, threads: int, rows: int = 32, rounds: int = 5) -> bool:
+    """Whether, on this machine, one LSTM step's products (recurrent and
+    projection, both directions, ``rows`` rows) are faster with packed
+    weights than with the plain batched products, measured once per shape
+    and thread count (about 0.1 s for the small published shape).
+
+    Whether packing pays for weights that fit the CPU's cache depends on the
+    CPU: on the small published shape it gave -9% on one 2-core AVX2 VM and
+    +35% on another (``benchmarks/exact_ablation.py --shape small``). Packing
+    also lets the first layer's input products be made per word type, so it
+    is chosen unless it is more than 10% slower on the step alone."""
+    gen = torch.Generator().manual_seed(0)
+    gates = 4 * cell_dim
+    w_hh = torch.randn(2, gates, projection_dim, generator=gen)
+    w_proj = torch.randn(2, projection_dim, cell_dim, generator=gen)
+    h = torch.randn(2, rows, projection_dim, generator=gen)
+    x = torch.randn(2, rows, gates, generator=gen)
+    a = torch.randn(2, rows, cell_dim, generator=gen)
+    hh = [PackedFP32Linear(w_hh[d]) for d in range(2)]
+    proj = [PackedFP32Linear(w_proj[d]) for d in range(2)]
+
+    def plain() -> None:
+        torch.baddbmm(x, h, w_hh.transpose(1, 2))
+        torch.bmm(a, w_proj.transpose(1, 2))
+
+    def packed() -> None:
+        for d in range(2):
+            hh[d](h[d], x[d])
+            proj[d](a[d])
+
+    best = {plain: float("inf"), packed: float("inf")}
+    with torch.inference_mode():
+        for _ in range(rounds):
+            for fn in best:
+                start = time.perf_counter()
+                for _ in range(4):
+                    fn()
+                best[fn] = min(best[fn], time.perf_counter() - start)
+    return best[packed] <= 1.1 * best[plain]
