@@ -18,7 +18,6 @@ import platform
 import time
 from collections import Counter
 
-import numpy
 import torch
 
 
@@ -60,7 +59,7 @@ def main() -> None:
     from spacy_elmo.benchmark import published_options
     from spacy_elmo.pretrain.corpus import Corpus
     from spacy_elmo.pretrain.trainer import Batcher, PretrainModel, epoch_batches
-    from spacy_elmo.pretrain.vocab import SPECIALS, Vocab
+    from spacy_elmo.pretrain.vocab import Vocab
 
     sentences = sentences_from(args)
     corpus = Corpus()

@@ -232,6 +232,18 @@ def test_bad_corpus_files_are_skipped_and_counted(tmp_path):
     assert "skipped" in stats.summary()
 
 
+def test_corpus_word_counts_all_and_some_windows():
+    from spacy_elmo.pretrain.corpus import Corpus
+
+    corpus = Corpus()
+    for window in (["a", "b", "a"], ["b", "c"], ["a"]):
+        corpus.add_window(window)
+    corpus.finalize()
+    assert corpus.word_counts() == {"a": 3, "b": 2, "c": 1}
+    assert corpus.word_counts([0, 2]) == {"a": 3, "b": 1}
+    assert corpus.word_counts([]) == {}
+
+
 @pytest.mark.parametrize(
     "name,content,message",
     [

@@ -25,7 +25,7 @@ import logging
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 import numpy
 
@@ -116,7 +116,7 @@ class Corpus:
         per_type = numpy.zeros(len(self.types), dtype=numpy.int64)
         for w in windows:
             numpy.add.at(per_type, self._ids[w], 1)
-        return Counter({self.types[i]: int(c) for i in numpy.nonzero(per_type)[0] if i >= N_RESERVED_TYPES})
+        return Counter({self.types[i]: int(per_type[i]) for i in numpy.nonzero(per_type)[0] if i >= N_RESERVED_TYPES})
 
 
 # ------------------------------------------------------------------ files
