@@ -34,7 +34,8 @@ State = Tuple[torch.Tensor, torch.Tensor]  # h (2, B, proj), c (2, B, cell)
 class BiProjectedLSTMLayer(nn.Module):
     #: CPU inference packs the weights with oneDNN (see :mod:`.packed`) when a
     #: recurrent weight has at least this many elements (8 MB in float32: the
-    #: medium and original shapes; +25-35% on every machine measured).
+    #: medium and original shapes; packing alone gave +25-26% there,
+    #: ``benchmarks/exact_ablation.py``).
     PACKED_MIN_WEIGHT_ELEMENTS = 1 << 21
     #: Between this and :attr:`PACKED_MIN_WEIGHT_ELEMENTS` (the small
     #: published shape: 2 MB), the weights fit the CPU's cache and whether
