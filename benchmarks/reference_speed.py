@@ -173,7 +173,7 @@ def run_shape(name: str, sentences, batch_size: int, rounds: int, tolerance: flo
 
 
 def main(
-    shapes: List[str] = typer.Option(["small", "medium", "original"], "--shapes", help="Published shapes to run"),
+    shapes: List[str] = typer.Option(["small", "medium", "original"], "--shapes", help="Published shape to run; repeat the option for several"),
     batch_size: int = typer.Option(32, help="Sentences per batch (both implementations)"),
     n_sentences: int = typer.Option(256, help="Sentences in the set (the benchmark's synthetic Zipf text)"),
     rounds: int = typer.Option(2, help="Timed rounds per path, best of"),
