@@ -14,7 +14,28 @@ def parity_model(parity_paths):
     return BiLM.from_hdf5(*parity_paths).eval()
 
 
-def test_every_layer_of_the_batch(parity_model, parity_sentences, parity_reference):
+@pytest.fixture(params=["plain", "packed"])
+def recurrence(request, monkeypatch):
+    """Run the test with the plain recurrence (what these small fixture
+    models use by default) and with the packed-weight CPU recurrence that
+    the published shapes use (its sigmoid-only cell included)."""
+    if request.param == "plain":
+        yield
+        return
+    from spacy_elmo.bilm.lstm import BiProjectedLSTMLayer
+    from spacy_elmo.bilm.packed import packing_supported
+
+    if not packing_supported():
+        pytest.skip("this PyTorch build cannot pack weights with oneDNN")
+    monkeypatch.setattr(BiProjectedLSTMLayer, "PACKED_MIN_WEIGHT_ELEMENTS", 0)
+    calls = []
+    packed = BiProjectedLSTMLayer._recur_packed
+    monkeypatch.setattr(BiProjectedLSTMLayer, "_recur_packed", lambda *a, **k: calls.append(1) or packed(*a, **k))
+    yield
+    assert calls, "the packed recurrence did not run"
+
+
+def test_every_layer_of_the_batch(parity_model, parity_sentences, parity_reference, recurrence):
     ids, _ = batch_to_char_ids(parity_sentences)
     with torch.no_grad():
         out = parity_model(torch.from_numpy(ids))
@@ -25,7 +46,7 @@ def test_every_layer_of_the_batch(parity_model, parity_sentences, parity_referen
         numpy.testing.assert_allclose(layer.numpy()[mask], parity_reference[f"layer{j}"][mask], atol=ATOL, rtol=0)
 
 
-def test_each_sentence_alone(parity_model, parity_sentences, parity_reference):
+def test_each_sentence_alone(parity_model, parity_sentences, parity_reference, recurrence):
     for i, sentence in enumerate(parity_sentences):
         (layers,) = parity_model.embed_sentences([sentence])
         assert layers.shape == (3, len(sentence), 48) and layers.dtype == numpy.float32
@@ -39,7 +60,7 @@ def test_layer0_is_token_encoding_duplicated(parity_model, parity_sentences):
         numpy.testing.assert_array_equal(layers[0, :, :24], layers[0, :, 24:])
 
 
-def test_allennlp_first_batch_from_zero_state(allennlp_paths, allennlp_batches):
+def test_allennlp_first_batch_from_zero_state(allennlp_paths, allennlp_batches, recurrence):
     model = BiLM.from_hdf5(*allennlp_paths).eval()
     sentences, expected = allennlp_batches[0]
     for got, want in zip(model.embed_sentences(sentences, batch_size=3), expected):
@@ -53,7 +74,7 @@ def test_allennlp_later_batches_need_the_carried_state(allennlp_paths, allennlp_
     assert numpy.abs(got[0][2] - expected[0]).max() > 0.1
 
 
-def test_allennlp_all_batches_with_stateful_replay(allennlp_paths, allennlp_batches):
+def test_allennlp_all_batches_with_stateful_replay(allennlp_paths, allennlp_batches, recurrence):
     model = BiLM.from_hdf5(*allennlp_paths, stateful=True).eval()
     for sentences, expected in allennlp_batches:
         for got, want in zip(model.embed_sentences(sentences, batch_size=3), expected):
