@@ -224,5 +224,5 @@ def run(
             seconds, _ = _timed(lambda: model.embed_sentences(sentences, batch_size=batch_size), repeats=2)
             report(f"{precision} (warm)", seconds)
             model.precision = "fp32"
-        del model
+        model = None  # free before the next shape is built
     return rows

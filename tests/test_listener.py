@@ -6,11 +6,9 @@ from pathlib import Path
 import numpy
 import pytest
 import spacy
-import torch
-from spacy.tokens import Doc, DocBin
+from spacy.tokens import DocBin
 from spacy.training import Example
 from spacy.util import fix_random_seed
-from thinc.api import Adam
 
 from spacy_elmo import add_elmo, mix_weights
 from spacy_elmo.layers.scalar_mix import ScalarMix
@@ -238,8 +236,6 @@ def test_elmo_at_input_and_output():
 @pytest.mark.parametrize("layer_norm,l2", [(False, 0.0), (True, 0.1)])
 def test_scalar_mix_gradient(layer_norm, l2):
     """The mix's hand-written backprop against finite differences (float64)."""
-    from thinc.api import NumpyOps
-
     rng = numpy.random.default_rng(0)
     mix = ScalarMix(n_layers=3, layer_norm=layer_norm, l2=l2)
     mix.initialize()
