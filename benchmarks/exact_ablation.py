@@ -22,7 +22,9 @@ for cache-sized weights; the default path of the shape on this machine is
 printed),
 
 and one LSTM step's recurrent product (32 rows x the shape's 4 x cell_dim
-columns) with a plain ``addmm`` and with the packed weight, in GFLOP/s.
+columns) with a plain ``addmm`` and with the packed weight, in GFLOP/s, and
+torch's tanh against its sigmoid on one step's cell state of both
+directions (2 x 32 x cell_dim floats), in microseconds.
 """
 import copy
 import time
@@ -54,6 +56,18 @@ def _step_products(model: BiLM, rows: int, repeats: int = 20) -> None:
             fn()
         seconds = (time.perf_counter() - start) / repeats
         print(f"step product {tuple(h.shape)} x {tuple(weight.t().shape)} {name:>7}: {flops / seconds / 1e9:6.1f} GFLOP/s")
+
+
+def _activations(model: BiLM, rows: int, repeats: int = 200) -> None:
+    import torch
+
+    x = torch.randn(2, rows, model.layers[0].cell_dim)
+    for name, fn in (("tanh", torch.tanh), ("sigmoid", torch.sigmoid)):
+        fn(x)
+        start = time.perf_counter()
+        for _ in range(repeats):
+            fn(x)
+        print(f"{name} of {tuple(x.shape)} floats: {1e6 * (time.perf_counter() - start) / repeats:6.0f} us")
 
 
 def _unscaled_packs(layer: BiProjectedLSTMLayer):
@@ -127,6 +141,7 @@ def main(
         mark = "  (default for this shape)" if name == default else ""
         print(f"{name:<24} {n_tokens / seconds:8.0f} tokens/s  {100 * gain:+5.0f}% vs plain{mark}")
     _step_products(model, rows=batch_size)
+    _activations(model, rows=batch_size)
 
 
 if __name__ == "__main__":

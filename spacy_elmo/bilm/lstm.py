@@ -286,10 +286,9 @@ class BiProjectedLSTMLayer(nn.Module):
         by about 1e-7 (tested against the reference fixtures at 1e-4 like
         the plain path). One sigmoid over all four gates replaces three
         activation calls, and torch's CPU tanh kernel takes about twice as
-        long as its sigmoid (64k floats, 2 threads: 163 vs 76 us). Measured
-        on the small shape, warm, against the tanh cell
-        (``python benchmarks/exact_ablation.py --shape small``): +3%, see
-        the README's "Speed and memory" for the figures."""
+        long as its sigmoid. Both are measured, with the gain against the
+        tanh cell, by ``python benchmarks/exact_ablation.py --shape small``
+        (figures in the README's "Speed and memory")."""
         packs = self._packed.get(self, lambda layer: layer._packed_weights())
         ih, hh, proj = packs["ih"], packs["hh"], packs["proj"]
         n_dir, n_steps, batch, _ = inputs.shape
