@@ -303,13 +303,8 @@ class BiProjectedLSTMLayer(nn.Module):
             n = sum(1 for length in lengths if length > t)
             if n == 0:
                 break
-            gates = torch.stack([hh[d](h[d, :n], xw[d][t, :n]) for d in range(n_dir)]).sigmoid_()
-            i, f, s, o = gates.chunk(4, dim=-1)
-            c_t = c2[:, :n]
-            c_t.mul_(f).addcmul_(i, s, value=4.0).sub_(i, alpha=2.0)
-            if clip is not None:
-                c_t.clamp_(-clip, clip)
-            a = torch.sigmoid(c_t).sub_(0.5).mul_(o)
+            gates = torch.stack([hh[d](h[d, :n], xw[d][t, :n]) for d in range(n_dir)])
+            a = self._sigmoid_cell(gates, c2[:, :n], clip)
             for d in range(n_dir):
                 h_t = proj[d](a[d])
                 if self.proj_clip is not None:
@@ -317,6 +312,18 @@ class BiProjectedLSTMLayer(nn.Module):
                 h[d, :n] = h_t
                 out[d, t, :n] = h_t
         return out, (h, c2.mul_(0.5))
+
+    @staticmethod
+    def _sigmoid_cell(gates: torch.Tensor, c2: torch.Tensor, clip: Optional[float]) -> torch.Tensor:
+        """The elementwise half of a :meth:`_recur_packed` step: ``gates``
+        (2, n, 4 x cell_dim) pre-activations (overwritten), ``c2`` (2, n,
+        cell_dim) the doubled cell state (updated in place), ``clip`` its
+        bound; returns ``o (sigmoid(c2) - 1/2)``, the projection's input."""
+        i, f, s, o = gates.sigmoid_().chunk(4, dim=-1)
+        c2.mul_(f).addcmul_(i, s, value=4.0).sub_(i, alpha=2.0)
+        if clip is not None:
+            c2.clamp_(-clip, clip)
+        return torch.sigmoid(c2).sub_(0.5).mul_(o)
 
     def use_fused_kernel(self, lengths: List[int], compute_dtype: Optional[torch.dtype]) -> bool:
         """PyTorch's own LSTM kernel (``torch.lstm`` with a projection) computes
