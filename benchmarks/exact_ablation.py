@@ -9,7 +9,10 @@ configurations interleaved so that drift in machine speed hits all alike) for
 * ``plain``: plain PyTorch products (no oneDNN-packed weights), first-layer
   input products per position;
 * ``packed``: packed weights, first-layer input products per position;
-* ``packed+types``: packed weights, first-layer input products per word type;
+* ``packed+types``: packed weights, first-layer input products per word type,
+  kept across calls in ``BiLM.type_product_cache``;
+* ``packed+types, no product cache``: the same with the products made anew
+  for each batch's word types;
 * ``packed+types, tanh cell``: the same with the cell as written (three
   activation calls, two of them tanh, directions one after the other),
   instead of the default packed path's sigmoid-only cell with the
@@ -38,6 +41,7 @@ from spacy_elmo.bilm import BiLM
 from spacy_elmo.bilm.lstm import BiProjectedLSTMLayer
 from spacy_elmo.bilm.model import BiLM as BiLMClass
 from spacy_elmo.bilm.packed import PackedFP32Linear, packing_supported
+from spacy_elmo.bilm.token_cache import TypeProductCache
 
 
 def _step_products(model: BiLM, rows: int, repeats: int = 20) -> None:
@@ -114,6 +118,7 @@ def main(
         "plain": [mock.patch.object(lstm, "packing_supported", lambda: False)],
         "packed": [always_pack, mock.patch.object(BiLMClass, "_first_input_products", lambda *args: None)],
         "packed+types": [always_pack],
+        "packed+types, no product cache": [always_pack, mock.patch.object(TypeProductCache, "lookup", lambda *a, **k: None)],
         "packed+types, tanh cell": [
             always_pack,
             mock.patch.object(BiProjectedLSTMLayer, "_packed_weights", _unscaled_packs),
@@ -139,7 +144,7 @@ def main(
     for name, seconds in best.items():
         gain = best["plain"] / seconds - 1
         mark = "  (default for this shape)" if name == default else ""
-        print(f"{name:<24} {n_tokens / seconds:8.0f} tokens/s  {100 * gain:+5.0f}% vs plain{mark}")
+        print(f"{name:<32} {n_tokens / seconds:8.0f} tokens/s  {100 * gain:+5.0f}% vs plain{mark}")
     _step_products(model, rows=batch_size)
     _activations(model, rows=batch_size)
 

@@ -71,7 +71,7 @@ def main(
     predicted = {}
     for precision in ["fp32", *fast]:
         elmo.model.attrs["precision"] = precision
-        elmo.bilm.token_cache.clear()
+        elmo.bilm.clear_caches()
         start = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # emulated bf16: the docstring says why it is measured anyway

@@ -129,7 +129,7 @@ def run_shape(name: str, sentences, batch_size: int, rounds: int, tolerance: flo
     def ours_pass(precision: str, cold: bool):
         ours.precision = precision
         if cold:
-            ours.token_cache.clear()
+            ours.clear_caches()
         try:
             return ours.embed_sentences(sentences, batch_size=batch_size)
         finally:

@@ -210,7 +210,7 @@ def run(
         # Warm up allocator and kernels on the whole set, then empty the word
         # cache: "cold" means an empty cache, not the process's first call.
         model.embed_sentences(sentences, batch_size=batch_size)
-        model.token_cache.clear()
+        model.clear_caches()
         seconds, exact = _timed(lambda: model.embed_sentences(sentences, batch_size=batch_size))
         report("exact (cold)", seconds)
         seconds, warm = _timed(lambda: model.embed_sentences(sentences, batch_size=batch_size), repeats=2)
@@ -218,7 +218,7 @@ def run(
         for precision in fast_paths:
             model.precision = precision
             model.embed_sentences(sentences[:batch_size], batch_size=batch_size)  # pack int8 weights
-            model.token_cache.clear()
+            model.clear_caches()
             seconds, approx = _timed(lambda: model.embed_sentences(sentences, batch_size=batch_size))
             report(f"{precision} (cold)", seconds, *_deviation(exact, approx))
             seconds, _ = _timed(lambda: model.embed_sentences(sentences, batch_size=batch_size), repeats=2)

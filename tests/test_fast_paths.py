@@ -172,13 +172,73 @@ def test_first_layer_input_products_per_type_equal_per_position(monkeypatch, pac
     sentences = SENTENCES + [["the", "bank", "the", "bank", "."], ["bank", "."], ["."]]
     ids = torch.from_numpy(batch_to_char_ids(sentences)[0])
     with torch.no_grad():
-        encoded, inverse = model._encode_types(ids)
+        encoded, inverse, keys = model._encode_types(ids)
         assert model._first_input_products(encoded, inverse, torch.zeros_like(inverse)) is not None
+        assert keys is not None and model._first_input_products(encoded, inverse, torch.zeros_like(inverse), keys) is not None
     per_type = model.embed_sentences(sentences)
     monkeypatch.setattr(BiLM, "_first_input_products", lambda *args: None)
     per_position = model.embed_sentences(sentences)
     for a, b in zip(per_type, per_position):
         numpy.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+
+
+def test_type_product_cache_is_used_and_exact(packed_everywhere):
+    model = _default_init_model()
+    cache = model.type_product_cache
+    first = model.embed_sentences(SENTENCES)
+    assert len(cache) > 0 and cache.misses == len(cache) and cache.hits == 0
+    second = model.embed_sentences(SENTENCES)
+    assert cache.hits == len(cache)  # every type of the second call came from the cache
+    for a, b in zip(first, second):
+        numpy.testing.assert_array_equal(a, b)
+    cache.max_bytes = 0
+    hits = cache.hits
+    for a, b in zip(first, model.embed_sentences(SENTENCES)):
+        numpy.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
+    assert cache.hits == hits and len(cache) == 0
+
+
+def test_type_product_cache_evicts_least_recently_used_types(packed_everywhere):
+    model = _default_init_model()
+    reference = _default_init_model()
+    reference.type_product_cache.max_bytes = 0
+    cache = model.type_product_cache
+    cache.max_bytes = 6 * 2 * 4 * model.layers[0].cell_dim * 4  # six types (<S> and </S> among them)
+    calls = [
+        [["a", "b"]],  # four types: rows 0-3
+        [["c", "a"]],  # c into row 4; a and the boundaries from the cache
+        [["a", "b", "c", "d"]],  # d into row 5: full
+        [["e", "f", "a", "g"]],  # evicts b, c and d, the least recently used
+        [["b", "a", "c", "d"]],  # evicts e, f and g
+        [[f"w{i}" for i in range(9)]],  # more types than the cache holds: computed without it
+        [["d", "c", "b", "a"], ["a", "b"]],
+    ]
+    for sentences in calls:
+        got = model.embed_sentences(sentences)
+        assert len(cache) <= 6
+        for a, b in zip(got, reference.embed_sentences(sentences)):
+            numpy.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
+    assert cache.hits > 0 and cache.misses > 6
+
+
+def test_type_product_cache_empties_when_weights_change(packed_everywhere):
+    import copy
+    import pickle
+
+    model = _default_init_model()
+    model.embed_sentences(SENTENCES[:1])
+    assert len(model.type_product_cache) > 0
+    assert len(copy.deepcopy(model).type_product_cache) == 0
+    assert len(pickle.loads(pickle.dumps(model)).type_product_cache) == 0
+    with torch.no_grad():
+        model.layers[0].bias.add_(0.5)  # an optimizer step does the same
+    after = model.embed_sentences(SENTENCES[:1])[0]
+    fresh = _default_init_model()
+    with torch.no_grad():
+        fresh.layers[0].bias.add_(0.5)
+    numpy.testing.assert_allclose(after, fresh.embed_sentences(SENTENCES[:1])[0], atol=1e-6, rtol=0)
+    model.clear_caches()
+    assert len(model.type_product_cache) == 0 and len(model.token_cache) == 0
 
 
 def _relative_rms(exact, approx):

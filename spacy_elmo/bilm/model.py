@@ -12,7 +12,7 @@ from .chars import batch_to_char_ids
 from .int8 import int8_supported
 from .lstm import BiProjectedLSTMLayer, State
 from .options import BiLMOptions
-from .token_cache import TokenCache
+from .token_cache import TokenCache, TypeProductCache, type_keys
 from .token_encoder import CharCNNEncoder
 
 PathLike = Union[str, Path]
@@ -93,6 +93,12 @@ class BiLM(nn.Module):
         #: Word-type cache of token encodings, used in inference only; see
         #: :mod:`spacy_elmo.bilm.token_cache`. ``token_cache.max_size = 0`` disables it.
         self.token_cache = TokenCache(token_cache_size)
+        #: The first LSTM layer's input products of recently seen word types,
+        #: on the CPU paths that make them per type; see
+        #: :class:`spacy_elmo.bilm.token_cache.TypeProductCache`
+        #: (``type_product_cache.max_bytes = 0`` disables it). Used only where
+        #: the word-type cache is.
+        self.type_product_cache = TypeProductCache()
         self.precision = "fp32"
         self._states: Optional[List[State]] = None
 
@@ -205,36 +211,41 @@ class BiLM(nn.Module):
         lead = char_ids.shape[:-1]
         if char_ids.numel() == 0:
             return self.token_encoder(char_ids)
-        encoded, inverse = self._encode_types(char_ids)
+        encoded, inverse, _ = self._encode_types(char_ids)
         return encoded.index_select(0, inverse.reshape(-1)).reshape(*lead, -1)
 
-    def _encode_types(self, char_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _encode_types(self, char_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, Optional[List[bytes]]]:
         """The encodings (n_types, projection_dim) of the distinct tokens of
-        non-empty ``char_ids``, and each token's type index (its leading shape)."""
+        non-empty ``char_ids``, each token's type index (its leading shape),
+        and the types' cache keys (None where the word-type cache is not
+        used: training, autograd, or ``token_cache.max_size == 0``)."""
         flat = char_ids.reshape(-1, char_ids.shape[-1])
         unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
         use_cache = (
             self.token_cache.max_size > 0 and not self.training and not torch.is_grad_enabled()
         )
+        keys = type_keys(unique) if use_cache else None
         dtype = self._compute_dtype
         with torch.autocast(unique.device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
             if use_cache:
                 self.token_cache.check(self.token_encoder, self._precision)
-                encoded = self.token_cache.encode(self.token_encoder, unique)
+                encoded = self.token_cache.encode(self.token_encoder, unique, keys)
             else:
                 encoded = self.token_encoder(unique)
         weight = self.token_encoder.char_embedding.weight
-        return encoded.to(weight.dtype), inverse.reshape(char_ids.shape[:-1])
+        return encoded.to(weight.dtype), inverse.reshape(char_ids.shape[:-1]), keys
 
     def _first_input_products(
-        self, encoded: torch.Tensor, inverse: torch.Tensor, rev: torch.Tensor
+        self, encoded: torch.Tensor, inverse: torch.Tensor, rev: torch.Tensor, keys: Optional[List[bytes]] = None
     ) -> Optional[List[torch.Tensor]]:
         """The first LSTM layer's input products, computed once per token
         type and gathered into place ((T, B, 4 x cell_dim) per direction), or
         None where that layer computes them itself. Exact: like the token
         encoding, ``x W_ih + b`` depends on the word alone. CPU inference on
         the packed-weight and int8 paths, where the layer's own product would
-        cost a quarter of the LSTM work."""
+        cost a quarter of the LSTM work. With the word types' cache ``keys``,
+        products of types seen in earlier calls come from
+        :attr:`type_product_cache`."""
         first = self.layers[0]
         int8 = self._precision == "int8"
         if (
@@ -244,12 +255,31 @@ class BiLM(nn.Module):
             or not (int8 or first.use_packed_weights(encoded.unsqueeze(0), self._compute_dtype))
         ):
             return None
-        per_type = first.type_input_products(encoded, int8=int8)
+        cached = None
+        if keys is not None:  # (a cache with max_bytes = 0 empties itself and returns None)
+            self.type_product_cache.check([self.token_encoder, first], self._precision)
+            cached = self.type_product_cache.lookup(
+                keys,
+                4 * first.cell_dim,
+                encoded,
+                lambda index: first.type_input_products(encoded.index_select(0, index), int8=int8),
+            )
+        if cached is None:
+            per_type = first.type_input_products(encoded, int8=int8)
+        else:
+            per_type, rows = cached
+            inverse = rows[inverse]
         positions = [inverse.t(), inverse.gather(1, rev).t()]  # forward, backward (T, B)
         return [
             products.index_select(0, index.reshape(-1)).view(*index.shape, -1)
             for products, index in zip(per_type, positions)
         ]
+
+    def clear_caches(self) -> None:
+        """Empty the word-type caches (token encodings and first-layer input
+        products), e.g. to time a cold start; outputs do not change."""
+        self.token_cache.clear()
+        self.type_product_cache.clear()
 
     def _int8_input_bound(self, index: int) -> Optional[float]:
         """A bound on the inputs of LSTM layer ``index`` (None for the first:
@@ -280,9 +310,9 @@ class BiLM(nn.Module):
         if sorted_ids.numel() == 0:
             tokens = self.token_encoder(sorted_ids)
         else:
-            encoded, inverse = self._encode_types(sorted_ids)
+            encoded, inverse, keys = self._encode_types(sorted_ids)
             tokens = encoded.index_select(0, inverse.reshape(-1)).view(batch, n_steps, -1)
-            first_products = self._first_input_products(encoded, inverse, rev)
+            first_products = self._first_input_products(encoded, inverse, rev, keys)
         tokens = tokens * mask[order, :n_steps].unsqueeze(-1)
         backward_tokens = tokens.gather(1, rev.unsqueeze(-1).expand_as(tokens))
         # (2, T, B, dim), time-major for the recurrence.
