@@ -11,7 +11,7 @@ reads the process's peak resident set (VmHWM) and current RSS from /proc.
 """
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 import typer
 
@@ -64,9 +64,17 @@ def bytes(text: Path = typer.Option(...), shape: str = "original", docs: int = 2
 
 
 @app.command()
-def rss(text: Path = typer.Option(...), shape: str = "original", docs: int = 10_000, batch_size: int = 64) -> None:
+def rss(
+    text: Path = typer.Option(...),
+    shape: str = "original",
+    docs: int = 10_000,
+    batch_size: int = 64,
+    product_cache_mib: Optional[int] = typer.Option(None, help="BiLM.type_product_cache budget (default: the library's)"),
+) -> None:
     """Peak RSS while streaming ``docs`` docs through nlp.pipe (default storage)."""
     nlp = _nlp(shape, {})
+    if product_cache_mib is not None:
+        nlp.get_pipe("elmo").bilm.type_product_cache.max_bytes = product_cache_mib << 20
     before = _status("VmRSS")
     n_tokens = 0
     start = time.perf_counter()

@@ -182,9 +182,12 @@ def test_first_layer_input_products_per_type_equal_per_position(monkeypatch, pac
         numpy.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
 
 
-def test_type_product_cache_is_used_and_exact(packed_everywhere):
+def test_type_product_cache_is_opt_in_used_and_exact(packed_everywhere):
     model = _default_init_model()
     cache = model.type_product_cache
+    model.embed_sentences(SENTENCES)
+    assert cache.max_bytes == 0 and len(cache) == 0 and cache.hits == cache.misses == 0
+    cache.max_bytes = 1 << 20
     first = model.embed_sentences(SENTENCES)
     assert len(cache) > 0 and cache.misses == len(cache) and cache.hits == 0
     second = model.embed_sentences(SENTENCES)
@@ -226,6 +229,7 @@ def test_type_product_cache_empties_when_weights_change(packed_everywhere):
     import pickle
 
     model = _default_init_model()
+    model.type_product_cache.max_bytes = 1 << 20
     model.embed_sentences(SENTENCES[:1])
     assert len(model.type_product_cache) > 0
     assert len(copy.deepcopy(model).type_product_cache) == 0

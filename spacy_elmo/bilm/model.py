@@ -94,10 +94,10 @@ class BiLM(nn.Module):
         #: :mod:`spacy_elmo.bilm.token_cache`. ``token_cache.max_size = 0`` disables it.
         self.token_cache = TokenCache(token_cache_size)
         #: The first LSTM layer's input products of recently seen word types,
-        #: on the CPU paths that make them per type; see
-        #: :class:`spacy_elmo.bilm.token_cache.TypeProductCache`
-        #: (``type_product_cache.max_bytes = 0`` disables it). Used only where
-        #: the word-type cache is.
+        #: on the CPU paths that make them per type; opt-in (``max_bytes`` 0
+        #: by default: it pays where the same text is embedded repeatedly,
+        #: see :class:`spacy_elmo.bilm.token_cache.TypeProductCache`). Used
+        #: only where the word-type cache is.
         self.type_product_cache = TypeProductCache()
         self.precision = "fp32"
         self._states: Optional[List[State]] = None

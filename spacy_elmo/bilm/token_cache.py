@@ -82,23 +82,31 @@ class TokenCache:
 
 
 class TypeProductCache:
-    """The first LSTM layer's input products of recently seen word types.
+    """The first LSTM layer's input products of recently seen word types
+    (opt-in: ``max_bytes`` is 0 unless set).
 
     On the CPU paths that make those products once per distinct word of a
     batch (packed fp32 weights and int8), the product is about a tenth of the
-    steady-state time on the small published shape; this cache keeps it
-    across calls. Each entry is ``x W_ih + b`` of one word for both
-    directions (2 x 4 x cell_dim floats: 32 KiB on the small published shape,
-    128 KiB on the original), held in two preallocated slabs of at most
-    ``max_bytes`` together (128 MiB by default: 4,096 types on small, 1,024
-    on the original; ``max_bytes = 0`` disables it), least recently used
-    types leaving first. Like :class:`TokenCache` it is keyed by char ids,
-    used in inference only, and emptied whenever the parameters it depends on
-    or the computation mode change. A batch with more distinct words than the
-    slabs hold computes them without the cache.
+    time when the same text is embedded again; this cache keeps it across
+    calls. Each entry is ``x W_ih + b`` of one word for both directions
+    (2 x 4 x cell_dim floats: 32 KiB on the small published shape, 128 KiB on
+    the original), held in two preallocated slabs of at most ``max_bytes``
+    together (128 MiB: 4,096 types on small, 1,024 on the original), least
+    recently used types leaving first. Like :class:`TokenCache` it is keyed
+    by char ids, used in inference only, and emptied whenever the parameters
+    it depends on or the computation mode change. A batch with more distinct
+    words than the slabs hold computes them without the cache.
+
+    Why opt-in: with 128 MiB it gave +10% on small when the same 256
+    sentences were embedded again (``python benchmarks/exact_ablation.py
+    --shape small``), but +2% on 10,000 Brown sentences streamed once (67% of
+    the types of a batch found in the cache), for about 130-200 MiB more
+    peak RSS (``python benchmarks/pipeline_memory.py rss
+    --product-cache-mib 128``). Turn it on where the same text is embedded
+    repeatedly: ``bilm.type_product_cache.max_bytes = 128 << 20``.
     """
 
-    def __init__(self, max_bytes: int = 128 << 20) -> None:
+    def __init__(self, max_bytes: int = 0) -> None:
         self.max_bytes = max_bytes
         self._slots: "OrderedDict[bytes, int]" = OrderedDict()
         self._slabs: Optional[List[torch.Tensor]] = None
