@@ -325,6 +325,11 @@ class BiLM(nn.Module):
             layer_in = nn.functional.dropout(x, self.dropout, self.training) if self.dropout else x
             state = None if states is None else states[index]
             products = first_products if index == 0 else None
+            # Drop our reference so that the first layer's input products
+            # (as large as a layer's gate pre-activations) are freed before
+            # the next layer makes its own: -450 MiB peak RSS on the small
+            # shape (benchmarks/pipeline_memory.py rss, README "Memory").
+            first_products = None
             if self._precision == "int8" and not torch.is_grad_enabled():
                 out, final = layer.forward_int8(
                     layer_in, lengths_list, state, self._int8_input_bound(index), input_products=products
