@@ -70,8 +70,14 @@ def rss(
     docs: int = 10_000,
     batch_size: int = 64,
     product_cache_mib: Optional[int] = typer.Option(None, help="BiLM.type_product_cache budget (default: the library's)"),
+    pack_cache_sized: Optional[bool] = typer.Option(
+        None, "--pack-cache-sized/--no-pack-cache-sized", help="Override the measured choice to pack small's weights"
+    ),
 ) -> None:
     """Peak RSS while streaming ``docs`` docs through nlp.pipe (default storage)."""
+    from spacy_elmo.bilm.lstm import BiProjectedLSTMLayer
+
+    BiProjectedLSTMLayer.PACK_CACHE_SIZED_WEIGHTS = pack_cache_sized
     nlp = _nlp(shape, {})
     if product_cache_mib is not None:
         nlp.get_pipe("elmo").bilm.type_product_cache.max_bytes = product_cache_mib << 20
