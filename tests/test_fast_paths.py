@@ -201,6 +201,23 @@ def test_type_product_cache_is_opt_in_used_and_exact(packed_everywhere):
     assert cache.hits == hits and len(cache) == 0
 
 
+def test_type_product_cache_serves_the_int8_path(packed_everywhere):
+    from spacy_elmo.bilm.int8 import int8_supported
+
+    if not int8_supported():
+        pytest.skip("this PyTorch build has no fbgemm/x86 quantized kernels")
+    model = _default_init_model()
+    model.precision = "int8"
+    uncached = model.embed_sentences(SENTENCES)
+    model.type_product_cache.max_bytes = 1 << 20
+    first = model.embed_sentences(SENTENCES)
+    second = model.embed_sentences(SENTENCES)
+    assert model.type_product_cache.hits > 0
+    for a, b, c in zip(uncached, first, second):
+        numpy.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
+        numpy.testing.assert_array_equal(b, c)
+
+
 def test_type_product_cache_evicts_least_recently_used_types(packed_everywhere):
     model = _default_init_model()
     reference = _default_init_model()

@@ -99,9 +99,9 @@ class TypeProductCache:
 
     Why opt-in: with 128 MiB it gave +10% on small when the same 256
     sentences were embedded again (``python benchmarks/exact_ablation.py
-    --shape small``), but +2% on 10,000 Brown sentences streamed once (67% of
-    the types of a batch found in the cache), for about 130-200 MiB more
-    peak RSS (``python benchmarks/pipeline_memory.py rss
+    --shape small``), but +1.5% on Brown's 5,576 test sentences streamed
+    once, with 67% of a batch's types found in the cache (``python
+    benchmarks/product_cache_stream.py``), for about 130-200 MiB more peak RSS (``python benchmarks/pipeline_memory.py rss
     --product-cache-mib 128``). Turn it on where the same text is embedded
     repeatedly: ``bilm.type_product_cache.max_bytes = 128 << 20``.
     """
