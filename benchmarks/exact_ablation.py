@@ -26,7 +26,9 @@ printed),
 and one LSTM step's recurrent product (32 rows x the shape's 4 x cell_dim
 columns) with a plain ``addmm`` and with the packed weight, in GFLOP/s, and
 torch's tanh against its sigmoid on one step's cell state of both
-directions (2 x 32 x cell_dim floats), in microseconds.
+directions (2 x 32 x cell_dim floats), in microseconds; with ``--profile``,
+the self CPU time by op of one warm pass of the default path
+(``torch.profiler``).
 """
 import copy
 import time
@@ -100,6 +102,7 @@ def main(
     batch_size: int = typer.Option(32, help="Sentences per batch"),
     repeats: int = typer.Option(3, help="Timed passes per configuration"),
     seed: int = typer.Option(0),
+    profile: bool = typer.Option(False, help="Also profile one warm pass of this shape's default path by op"),
 ) -> None:
     import torch
 
@@ -146,6 +149,24 @@ def main(
         print(f"{name:<32} {n_tokens / seconds:8.0f} tokens/s  {100 * gain:+5.0f}% vs plain{mark}")
     _step_products(model, rows=batch_size)
     _activations(model, rows=batch_size)
+    if profile:
+        _profile(models[default], sentences, batch_size, configs[default])
+
+
+def _profile(model: BiLM, sentences, batch_size: int, patches) -> None:
+    """Self CPU time by op of one warm ``embed_sentences`` pass."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    for patch in patches:
+        patch.start()
+    try:
+        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+            model.embed_sentences(sentences, batch_size=batch_size)
+    finally:
+        for patch in patches:
+            patch.stop()
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
 
 
 if __name__ == "__main__":

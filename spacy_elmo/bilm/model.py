@@ -256,7 +256,7 @@ class BiLM(nn.Module):
         ):
             return None
         cached = None
-        if keys is not None:  # (a cache with max_bytes = 0 empties itself and returns None)
+        if keys is not None:  # (a cache that is off frees itself and returns None)
             self.type_product_cache.check([self.token_encoder, first], self._precision)
             cached = self.type_product_cache.lookup(
                 keys,

@@ -29,6 +29,12 @@ def type_keys(unique_ids: torch.Tensor) -> List[bytes]:
     return [row.tobytes() for row in unique_ids.cpu().numpy().astype(numpy.int16)]
 
 
+def _parameter_stamp(modules: List[torch.nn.Module]) -> Tuple:
+    """What changes when a parameter of ``modules`` is updated in place
+    (version counter), replaced or moved (storage, dtype, device)."""
+    return tuple((p.data_ptr(), p._version, p.dtype, p.device) for m in modules for p in m.parameters())
+
+
 class TokenCache:
     def __init__(self, max_size: int = 50_000) -> None:
         self.max_size = max_size
@@ -47,9 +53,7 @@ class TokenCache:
     def check(self, module: torch.nn.Module, mode: str = "") -> None:
         """Empty the cache if ``module``'s parameters (their values, dtype or
         device) or the computation ``mode`` changed since last use."""
-        stamp = (mode,) + tuple(
-            (p.data_ptr(), p._version, p.dtype, p.device) for p in module.parameters()
-        )
+        stamp = (mode,) + _parameter_stamp([module])
         if stamp != self._stamp:
             self._entries.clear()
             self._stamp = stamp
@@ -130,10 +134,13 @@ class TypeProductCache:
         self._stamp = None
 
     def check(self, modules: List[torch.nn.Module], mode: str = "") -> None:
-        """Empty the cache if the parameters of ``modules`` or ``mode`` changed."""
-        stamp = (mode, self.max_bytes) + tuple(
-            (p.data_ptr(), p._version, p.dtype, p.device) for m in modules for p in m.parameters()
-        )
+        """Empty the cache if the parameters of ``modules`` or ``mode`` changed
+        (or free it at once when it is off, ``max_bytes == 0``)."""
+        if self.max_bytes <= 0:
+            if self._slabs is not None or self._slots:
+                self.clear()
+            return
+        stamp = (mode, self.max_bytes) + _parameter_stamp(modules)
         if stamp != self._stamp:
             self.clear()
             self._stamp = stamp
