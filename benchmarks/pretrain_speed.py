@@ -44,7 +44,8 @@ def sentences_from(args):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--shape", default="small")
+    parser.add_argument("--shape", default="small", help="a published shape (small, medium, original)")
+    parser.add_argument("--options", default=None, help="an options JSON instead of --shape")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -56,7 +57,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from spacy_elmo.benchmark import published_options
+    from spacy_elmo.benchmark import flops_per_position, matmul_peak, published_options
+    from spacy_elmo.bilm.options import BiLMOptions
     from spacy_elmo.pretrain.corpus import Corpus
     from spacy_elmo.pretrain.trainer import Batcher, PretrainModel, epoch_batches
     from spacy_elmo.pretrain.vocab import Vocab
@@ -70,7 +72,7 @@ def main() -> None:
     # Pad to the full size so the softmax costs what a real 50k vocabulary costs.
     words = vocab.words + [f"@@unused{i}" for i in range(args.vocab_size - len(vocab))]
     vocab = Vocab(words)
-    options = published_options(args.shape)
+    options = BiLMOptions.from_file(args.options) if args.options else published_options(args.shape)
     device = torch.device(args.device)
     torch.manual_seed(0)
     model = PretrainModel(options, len(vocab), dropout=0.1).to(device).train()
@@ -110,12 +112,27 @@ def main() -> None:
     print(f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
           f"torch {torch.__version__}, device {device}"
           + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""))
-    print(f"shape {args.shape}: lstm {options.lstm_dim}/{options.projection_dim}, {n_params / 1e6:.1f}M parameters "
+    name = args.options or args.shape
+    print(f"shape {name}: lstm {options.lstm_dim}/{options.projection_dim}, {n_params / 1e6:.1f}M parameters "
           f"(softmax {sum(p.numel() for p in model.head.parameters()) / 1e6:.1f}M, vocab {len(vocab)}, cutoffs {model.head.cutoffs})")
     print(f"text: {'real (' + args.text + ')' if args.text else 'synthetic Zipf'}, batch {args.batch_size} sentences, "
           f"precision {args.precision}")
     print(f"{steps} steps, {tokens} tokens in {elapsed:.1f} s: {tokens / elapsed:.0f} tokens/s, "
           f"{elapsed / max(steps, 1):.2f} s/step, last loss {loss:.3f}")
+    # Nominal training FLOPs: 3x the biLM's nominal forward FLOPs per position
+    # (flops_per_position: char-CNN over every char position, highway,
+    # projection, both LSTM stacks; work the code skips still counts), plus
+    # 3x the softmax's head product; boundaries excluded like the tokens.
+    head = model.head.softmax.head
+    per_token = 3 * (flops_per_position(options) + 2 * 2 * head.in_features * head.out_features)
+    achieved = tokens * per_token / elapsed / 1e9
+    if device.type == "cpu":
+        peak = matmul_peak(dtype={"bf16": torch.bfloat16}.get(args.precision, torch.float32))
+        print(f"nominal {per_token / 1e6:.1f} MFLOP per training token: {achieved:.1f} GFLOP/s = "
+              f"{100 * achieved / peak:.0f}% of the measured {args.precision if args.precision == 'bf16' else 'fp32'} "
+              f"matmul peak ({peak:.0f} GFLOP/s, {torch.get_num_threads()} threads)")
+    else:
+        print(f"nominal {per_token / 1e6:.1f} MFLOP per training token: {achieved:.1f} GFLOP/s")
 
 
 if __name__ == "__main__":

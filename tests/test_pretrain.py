@@ -449,3 +449,30 @@ def test_torchrun_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
     assert full["step"] == split["step"] == 300
     for name, value in full["model"].items():
         assert torch.equal(value, split["model"][name]), name
+
+
+def test_corpus_cache_round_trip_and_invalidation(tmp_path):
+    from spacy_elmo.pretrain.corpus import read_corpus
+
+    text = tmp_path / "a.txt"
+    text.write_text("The cat sat on the mat .\nA dog barked twice , loudly .\n", encoding="utf-8")
+    cache = tmp_path / "cache"
+    first = read_corpus([text], max_tokens=4, cache_dir=cache)
+    assert len(list(cache.glob("corpus-*.npz"))) == 1
+    again = read_corpus([text], max_tokens=4, cache_dir=cache)
+    assert again.types == first.types and again.counts == first.counts
+    assert [w.tolist() for w in (again.window(i) for i in range(len(again)))] == [
+        w.tolist() for w in (first.window(i) for i in range(len(first)))
+    ]
+    assert again.stats.to_dict() == first.stats.to_dict()
+    # Other settings: their own entry.
+    read_corpus([text], max_tokens=5, cache_dir=cache)
+    assert len(list(cache.glob("corpus-*.npz"))) == 2
+    # A changed file: read again.
+    text.write_text("Only one line now .\n", encoding="utf-8")
+    changed = read_corpus([text], max_tokens=4, cache_dir=cache)
+    assert "Only" in changed.types and "cat" not in changed.types
+    # A damaged cache is ignored and rewritten.
+    for f in cache.glob("corpus-*.npz"):
+        f.write_bytes(b"not an npz")
+    assert read_corpus([text], max_tokens=4, cache_dir=cache).types == changed.types

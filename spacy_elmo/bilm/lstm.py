@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from .int8 import Int8Cache, PackedLinear
+from .lstm_train import projected_lstm
 from .packed import PackCache, PackedFP32Linear, packing_pays, packing_supported
 
 State = Tuple[torch.Tensor, torch.Tensor]  # h (2, B, proj), c (2, B, cell)
@@ -124,7 +125,11 @@ class BiProjectedLSTMLayer(nn.Module):
         ).view(n_dir, n_steps, batch, -1)
         n_active = [sum(1 for length in lengths if length > t) for t in range(n_steps)]
         if torch.is_grad_enabled():
-            return self._recur_autograd(xw, n_active, state)
+            if state[0].requires_grad or state[1].requires_grad:
+                return self._recur_autograd(xw, n_active, state)
+            return projected_lstm(
+                xw, self.weight_hh, self.weight_proj, state, n_active, self.cell_clip, self.proj_clip
+            )
         return self._recur_inplace(xw, n_active, state, inputs.dtype)
 
     def output_bound(self) -> float:
@@ -371,11 +376,16 @@ class BiProjectedLSTMLayer(nn.Module):
         h, c = state
         batch = h.shape[1]
         w_hh = self.weight_hh.transpose(1, 2)
+        # One view per step, made by a single unbind: indexing ``xw[:, t]``
+        # instead would make every step's backward allocate and fill a
+        # zero gradient of the whole of ``xw`` (quadratic in the length;
+        # that was 70% of a small-shape training step).
+        steps = xw.unbind(1)
         outputs = []
         for t, n in enumerate(n_active):
             if n == 0:
                 break
-            h_new, c_new = self._cell(torch.baddbmm(xw[:, t, :n], h[:, :n], w_hh), c[:, :n])
+            h_new, c_new = self._cell(torch.baddbmm(steps[t][:, :n], h[:, :n], w_hh), c[:, :n])
             if n < batch:
                 h = torch.cat([h_new, h[:, n:]], dim=1)
                 c = torch.cat([c_new, c[:, n:]], dim=1)

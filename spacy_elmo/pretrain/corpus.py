@@ -200,6 +200,71 @@ def _windows(tokens: List[str], max_tokens: int) -> Iterator[List[str]]:
         yield tokens[start : start + max_tokens]
 
 
+CACHE_FORMAT = "spacy_elmo.pretrain.corpus/1"
+
+
+def corpus_fingerprint(
+    paths: Sequence[Union[str, Path]], lang: str, max_tokens: int, max_line_chars: int, strict: bool
+) -> str:
+    """A hash of what a read depends on: every input file's resolved path,
+    size and modification time, the reading settings and the spaCy version
+    (whose tokenizer splits the text). Contents are not hashed: a file
+    rewritten in place with the same size within the same nanosecond would
+    be missed, and hashing gigabytes on every start is what the cache saves."""
+    import hashlib
+    import json
+
+    import spacy
+
+    files = []
+    for path in list_files(paths):
+        st = path.stat()
+        files.append([str(path.resolve()), st.st_size, st.st_mtime_ns])
+    key = {
+        "format": CACHE_FORMAT, "files": files, "lang": lang, "max_tokens": max_tokens,
+        "max_line_chars": max_line_chars, "strict": strict, "spacy": spacy.__version__,
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def save_corpus(corpus: Corpus, path: Path) -> None:
+    """Write a tokenised corpus as one ``.npz`` (no pickle), atomically."""
+    import json
+    import os
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if corpus._flat is None:
+        corpus.finalize()
+    meta = json.dumps({"format": CACHE_FORMAT, "types": corpus.types, "stats": corpus.stats.to_dict()})
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "wb") as fout:
+        numpy.savez(
+            fout, flat=corpus._flat, offsets=corpus._offsets, counts=numpy.asarray(corpus.counts, dtype=numpy.int64),
+            meta=numpy.frombuffer(meta.encode("utf-8"), dtype=numpy.uint8),
+        )
+    os.replace(tmp, path)
+
+
+def load_corpus(path: Path) -> Corpus:
+    """Read a corpus written by :func:`save_corpus` (``allow_pickle=False``)."""
+    import json
+
+    with numpy.load(path, allow_pickle=False) as data:
+        meta = json.loads(data["meta"].tobytes().decode("utf-8"))
+        if meta.get("format") != CACHE_FORMAT:
+            raise ValueError(f"{path}: not a spacy_elmo corpus cache")
+        flat, offsets, counts = data["flat"], data["offsets"], data["counts"]
+    corpus = Corpus()
+    corpus.types = list(meta["types"])
+    corpus.type_index = {t: i for i, t in enumerate(corpus.types) if i >= N_RESERVED_TYPES}
+    corpus.counts = counts.tolist()
+    corpus._ids = numpy.split(flat, offsets[1:-1]) if len(offsets) > 1 else []
+    corpus.stats = CorpusStats(**meta["stats"])
+    corpus._flat, corpus._offsets = flat, offsets
+    return corpus
+
+
 def read_corpus(
     paths: Sequence[Union[str, Path]],
     lang: str = "en",
@@ -207,12 +272,34 @@ def read_corpus(
     max_line_chars: int = 100_000,
     strict: bool = False,
     corpus: Optional[Corpus] = None,
+    cache_dir: Optional[Union[str, Path]] = None,
 ) -> Corpus:
-    """Read, tokenise and window a corpus (see the module docstring)."""
-    import spacy
+    """Read, tokenise and window a corpus (see the module docstring).
 
+    With ``cache_dir``, the tokenised corpus is kept there under its
+    :func:`corpus_fingerprint` and a later read of the same files with the
+    same settings loads it instead of tokenising again (a restart or
+    ``--resume`` of a run on millions of words starts in seconds, not
+    minutes). A cache that cannot be read is ignored and rewritten."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, found {max_tokens}")
+    if cache_dir is not None and corpus is None:
+        cache = Path(cache_dir) / f"corpus-{corpus_fingerprint(paths, lang, max_tokens, max_line_chars, strict)[:24]}.npz"
+        if cache.is_file():
+            try:
+                loaded = load_corpus(cache)
+                logger.info("read the tokenised corpus from %s", cache)
+                return loaded
+            except Exception as err:  # a damaged cache costs a re-read, never the run
+                logger.warning("ignoring the corpus cache %s: %s", cache, err)
+        loaded = read_corpus(paths, lang, max_tokens, max_line_chars, strict)
+        try:
+            save_corpus(loaded, cache)
+        except OSError as err:
+            logger.warning("could not write the corpus cache %s: %s", cache, err)
+        return loaded
+    import spacy
+
     nlp = spacy.blank(lang)
     tokenizer = nlp.tokenizer
     corpus = corpus if corpus is not None else Corpus()

@@ -355,9 +355,12 @@ def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torc
     options = _load_options(config)
 
     # Corpus, split, vocabulary (every rank computes the same).
-    corpus = read_corpus(config.train, config.lang, config.max_tokens, config.max_line_chars, config.strict)
+    cache_dir = out / "corpus_cache"
+    corpus = read_corpus(config.train, config.lang, config.max_tokens, config.max_line_chars, config.strict, cache_dir=cache_dir)
     if config.dev:
-        dev_corpus = read_corpus(config.dev, config.lang, config.max_tokens, config.max_line_chars, config.strict)
+        dev_corpus = read_corpus(
+            config.dev, config.lang, config.max_tokens, config.max_line_chars, config.strict, cache_dir=cache_dir
+        )
         train_idx = numpy.arange(len(corpus))
         dev_idx = numpy.arange(len(dev_corpus))
     else:
@@ -468,10 +471,13 @@ def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torc
         with torch.no_grad(), _autocast(config, device):
             for idx in dev_batches:
                 char_ids, targets, _ = dev_batcher(idx, device)
-                (xf, yf), (xb, yb) = LMHead.split_directions(model.top_layer(char_ids), targets)
-                sums[0] += float(model.head.exact_nll(xf.float(), yf))
-                sums[1] += float(model.head.exact_nll(xb.float(), yb))
-                sums[2] += yf.numel()
+                # The adaptive softmax's own log-probability of each target:
+                # exact for the model's normalised distribution over the
+                # whole vocabulary, without scoring every word (LMHead.nll).
+                nll_f, nll_b, n = model.head(model.top_layer(char_ids), targets)
+                sums[0] += float(nll_f)
+                sums[1] += float(nll_b)
+                sums[2] += n
         nll_f, nll_b, n = D.all_sum(info, sums, device)
         result = {
             "dev_ppl_forward": math.exp(nll_f / n), "dev_ppl_backward": math.exp(nll_b / n),
@@ -525,7 +531,7 @@ def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torc
                 log.write(
                     event="train", step=step, epoch=epoch, loss=(f + b) / (2 * nt), ppl_forward=math.exp(f / nt),
                     ppl_backward=math.exp(b / nt), lr=scheduler.get_last_lr()[0], grad_norm=grad_norm,
-                    tokens_per_s=rate, elapsed_s=now - start_time,
+                    tokens_per_s=rate, elapsed_s=now - start_time, tokens_seen=tokens_seen,
                 )
                 if bar is not None:
                     bar.set_postfix(loss=f"{(f + b) / (2 * nt):.3f}", tok_s=f"{rate:.0f}")
