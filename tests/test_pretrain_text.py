@@ -78,8 +78,9 @@ def test_filters_and_heldout_are_deterministic():
     parts = fpt.split_long(long)
     assert len(parts) > 1 and " ".join(parts) == long
     assert fpt.is_heldout("x" * 10) == fpt.is_heldout("x" * 10)
-    share = sum(fpt.is_heldout(f"line {i}") for i in range(20000)) / 20000
+    share = sum(fpt.is_heldout(f"line {i}", 5) for i in range(20000)) / 20000
     assert 0.003 < share < 0.007
+    assert all(fpt.is_heldout(f"line {i}", 12) for i in range(20000) if fpt.is_heldout(f"line {i}", 5))
 
 
 def test_brown_split_is_shared():
