@@ -5,28 +5,37 @@ from typing import List, Optional
 
 import typer
 
-app = typer.Typer(help="ELMo for spaCy: embed, pretrain, export, benchmark.", no_args_is_help=True)
+app = typer.Typer(help="ELMo for spaCy: embed, download, pretrain, export, benchmark.", no_args_is_help=True)
 
 
 @app.callback()
 def _root() -> None:
-    """ELMo for spaCy: embed, pretrain, export, benchmark."""
+    """ELMo for spaCy: embed, download, pretrain, export, benchmark."""
 
 
 @app.command()
 def embed(
-    weights: Path = typer.Argument(..., help="biLM weights, published hdf5 format"),
-    options: Path = typer.Argument(..., help="biLM options JSON"),
+    weights: Optional[str] = typer.Argument(None, help="biLM: a name (english, small, medium, original, original-5.5b), a directory, a weights hdf5 file (published format) or a URL; default: the English biLM shipped with the package"),
+    options: Optional[str] = typer.Argument(None, help="biLM options JSON (path or URL), where WEIGHTS is a file without options.json beside it"),
     input_path: Optional[Path] = typer.Option(None, "--input", "-i", help="Text file, one whitespace-tokenised sentence a line (default: stdin)"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write activations to this hdf5 file: dataset 'i' = sentence i, shape (L+1, n_tokens, dim)"),
     batch_size: int = typer.Option(64, help="Sentences per batch"),
 ) -> None:
-    """Embed sentences with a biLM and report (or save) their layer activations."""
+    """Embed sentences with a biLM and report (or save) their layer activations.
+
+    Prints one line per sentence: its index, the shape of its activations
+    (layers, tokens, dim), its first 60 characters, and the L2 norm of each
+    token's ELMo vector (the mean of the layers), as a quick look at the output."""
     import h5py
 
     from .bilm import BiLM
+    from .hub import DownloadError
 
-    model = BiLM.from_hdf5(weights, options).eval()
+    try:
+        model = BiLM.from_pretrained(weights, options).eval()
+    except (ValueError, DownloadError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2)
     text = input_path.read_text(encoding="utf-8") if input_path else sys.stdin.read()
     sentences = [line.split() for line in text.splitlines()]
     embeddings = model.embed_sentences(sentences, batch_size=batch_size)
@@ -37,7 +46,27 @@ def embed(
         typer.echo(f"wrote {len(embeddings)} sentences to {output}")
     for i, (sentence, array) in enumerate(zip(sentences, embeddings)):
         norms = " ".join(f"{v:.3f}" for v in (array.mean(axis=0) ** 2).sum(-1) ** 0.5) if array.size else ""
-        typer.echo(f"{i}\t{array.shape}\t{' '.join(sentence)[:60]}\t|v|: {norms[:80]}")
+        typer.echo(f"{i}\t{array.shape}\t{' '.join(sentence)[:60]}\ttoken vector norms: {norms[:80]}")
+
+
+@app.command()
+def download(
+    name: str = typer.Argument(..., help="small, medium, original or original-5.5b (AllenNLP's published English ELMo), or a weights URL"),
+    options: Optional[str] = typer.Option(None, help="Options URL or path, for a weights URL whose options URL is not its _weights.hdf5 -> _options.json"),
+    progress: bool = typer.Option(True, help="Show a progress bar"),
+) -> None:
+    """Download a published ELMo model (or a URL) into the cache, once, and print
+    where its files are. The cache is SPACY_ELMO_CACHE (default: spacy_elmo in
+    the user's cache directory); SPACY_ELMO_MIRROR replaces the published base URL."""
+    from .hub import DownloadError, resolve
+
+    try:
+        weights_path, options_path = resolve(name, options, progress=progress)
+    except (ValueError, DownloadError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2)
+    typer.echo(f"weights: {weights_path}")
+    typer.echo(f"options: {options_path}")
 
 
 @app.command()

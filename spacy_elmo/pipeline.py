@@ -7,14 +7,19 @@ Downstream components use ELMo through ``spacy_elmo.ElmoListener.v1``
 (see :mod:`spacy_elmo.layers.listener`), each with its own learned mix.
 
 Weights in the published bilm-tf/AllenNLP format are read at
-initialization::
+initialization, by name, path or URL (see :mod:`spacy_elmo.hub`; none given:
+the English biLM shipped with the package)::
 
     [initialize.components.elmo]
-    weights = "path/weights.hdf5"
-    options = "path/options.json"
+    weights = "small"                   # or "path/weights.hdf5"
+    options = null                      # or "path/options.json"
 
-and are saved inside the pipeline afterwards (``nlp.to_disk`` writes them
-in the same format), so ``spacy.load`` needs no outside file. In Python,
+or from the component's own ``weights``/``options``
+(``nlp.add_pipe("elmo", config={"weights": "small"})``) when the
+``[initialize]`` block gives none. A component used before
+``nlp.initialize()`` loads them on first use. They are saved inside the
+pipeline afterwards (``nlp.to_disk`` writes them in the same format), so
+``spacy.load`` needs no outside file. In Python,
 :func:`add_elmo` does both steps at once.
 """
 from itertools import islice
@@ -77,7 +82,9 @@ def _view(doc: Doc, start: int, end: int) -> Optional[ElmoData]:
 @Language.factory(
     "elmo",
     assigns=["doc._.elmo"],
-    default_config={"model": DEFAULT_MODEL, "store": "layers", "dtype": "float32", "mix": None},
+    default_config={
+        "model": DEFAULT_MODEL, "store": "layers", "dtype": "float32", "mix": None, "weights": None, "options": None,
+    },
     default_score_weights={},
 )
 def make_elmo(
@@ -87,6 +94,8 @@ def make_elmo(
     store: str,
     dtype: str,
     mix: Optional[List[float]],
+    weights: Optional[str] = None,
+    options: Optional[str] = None,
 ) -> "Elmo":
     """ELMo activations on ``Doc._.elmo``.
 
@@ -95,8 +104,13 @@ def make_elmo(
     dtype: "float32" or "float16" storage.
     mix: weights of the layers for ``Doc._.elmo.vectors`` (used as given;
         None: the mean of the layers).
+    weights, options: the biLM to load at ``nlp.initialize()`` when
+        ``[initialize.components.elmo]`` gives none: a model name, path or
+        URL (see :mod:`spacy_elmo.hub`); None: the shipped English biLM.
+        Read only at initialization (or first use before it): a saved
+        pipeline carries its weights and never reads these again.
     """
-    return Elmo(nlp.vocab, model, name, store=store, dtype=dtype, mix=mix)
+    return Elmo(nlp.vocab, model, name, store=store, dtype=dtype, mix=mix, weights=weights, options=options)
 
 
 class Elmo(TrainablePipe):
@@ -111,6 +125,8 @@ class Elmo(TrainablePipe):
         store: str = "layers",
         dtype: str = "float32",
         mix: Optional[Sequence[float]] = None,
+        weights: Optional[Union[str, Path]] = None,
+        options: Optional[Union[str, Path]] = None,
     ) -> None:
         if store not in STORES:
             raise ValueError(f"store must be one of {STORES}, found {store!r}")
@@ -121,6 +137,9 @@ class Elmo(TrainablePipe):
         self.name = name
         self.cfg = {"store": store, "dtype": dtype, "mix": None if mix is None else list(mix)}
         self.listener_map: Dict[str, List[ElmoListenerLayer]] = {}
+        #: The factory's ``weights``/``options``: read at initialization when
+        #: ``[initialize.components.elmo]`` gives none.
+        self.weights_source = (weights, options)
         _install_extensions()
 
     # ------------------------------------------------------------ listeners
@@ -176,11 +195,19 @@ class Elmo(TrainablePipe):
         for listener in self.listeners:
             self._set_listener_dims(listener)
 
+    def _load_configured_bilm(self) -> None:
+        """First use before ``nlp.initialize()``: load the factory's
+        ``weights`` (None: the shipped English biLM)."""
+        if not has_bilm(self.model):
+            self.set_bilm(BiLM.from_pretrained(*self.weights_source))
+            self.model.initialize()
+
     # ----------------------------------------------------------- inference
     def predict(self, docs: Iterable[Doc]) -> List[numpy.ndarray]:
         docs = list(docs)
         if not docs:
             return []
+        self._load_configured_bilm()
         return self.model.predict(docs)
 
     def set_annotations(self, docs: Sequence[Doc], layers: List[numpy.ndarray]) -> None:
@@ -209,6 +236,7 @@ class Elmo(TrainablePipe):
         docs = [eg.predicted for eg in examples]
         if not docs:
             return losses
+        self._load_configured_bilm()
         fine_tune = any(l.attrs["grad_factor"] > 0 for l in self.listeners)
         set_dropout_rate(self.model, drop)
         outputs, bp_outputs = run_bilm(self.model, docs, fine_tune)
@@ -249,15 +277,17 @@ class Elmo(TrainablePipe):
         weights: Optional[Union[str, Path]] = None,
         options: Optional[Union[str, Path]] = None,
     ) -> None:
-        """Load the biLM from the published format (``weights`` + ``options``)
-        unless the component already has one (set with :meth:`set_bilm`)."""
+        """Load the biLM (published format) from ``weights``/``options``: a
+        name, path or URL (see :mod:`spacy_elmo.hub`). None given: the
+        factory's ``weights``/``options``; else the biLM the component already
+        has (set with :meth:`set_bilm`); else the shipped English biLM."""
         validate_get_examples(get_examples, "Elmo.initialize")
-        if (weights is None) != (options is None):
-            raise ValueError("give both weights and options for the elmo component, or neither")
-        if weights is not None:
-            self.set_bilm(BiLM.from_hdf5(weights, options))
-        elif not has_bilm(self.model):
-            get_bilm(self.model)  # raises the explanatory error
+        if weights is None and options is not None:
+            raise ValueError("[initialize.components.elmo] gives options but no weights")
+        if weights is None and self.weights_source[0] is not None:
+            weights, options = self.weights_source
+        if weights is not None or not has_bilm(self.model):
+            self.set_bilm(BiLM.from_pretrained(weights, options))
         else:
             self.set_bilm(get_bilm(self.model))
         doc_sample = [eg.reference for eg in islice(get_examples(), 10)]
@@ -303,14 +333,13 @@ def add_elmo(
     >>> nlp("ELMo reads words in context.")._.elmo.vectors.shape
     (6, 1024)
 
-    Either ``weights`` and ``options`` (published format) or a ``bilm``.
+    Either ``weights`` (a name, path or URL, with ``options`` where needed;
+    see :mod:`spacy_elmo.hub`; None: the shipped English biLM) or a ``bilm``.
     """
-    if (bilm is None) == (weights is None):
-        raise ValueError("give either weights and options, or a bilm")
-    if weights is not None:
-        if options is None:
-            raise ValueError("weights need their options JSON")
-        bilm = BiLM.from_hdf5(weights, options)
+    if bilm is not None and (weights is not None or options is not None):
+        raise ValueError("give either weights (and options), or a bilm")
+    if bilm is None:
+        bilm = BiLM.from_pretrained(weights, options)
     component = nlp.add_pipe("elmo", name=name, config=config or {}, **add_pipe_kwargs)
     component.set_bilm(bilm)
     component.model.initialize()

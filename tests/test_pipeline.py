@@ -86,13 +86,20 @@ def test_bad_component_settings():
         nlp.add_pipe("elmo", name="e2", config={"dtype": "int8"})
 
 
-def test_no_weights_gives_a_clear_error():
+def test_no_weights_gives_a_clear_error(tmp_path, monkeypatch):
+    """Without the shipped English model (the default) the error says how to
+    give weights and where to get them."""
+    from spacy_elmo import hub
+
+    monkeypatch.setattr(hub, "SHIPPED_MODEL_DIR", tmp_path / "missing")
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo")
-    with pytest.raises(ValueError, match=r"initialize.components.elmo"):
+    with pytest.raises(ValueError, match=r"initialize.components.elmo.*'small'"):
         nlp.initialize()
     with pytest.raises(ValueError, match="weights"):
         nlp("no weights yet")
+    with pytest.raises(ValueError, match="nlp.initialize()"):
+        nlp.get_pipe("elmo").bilm
 
 
 def test_to_bytes_docbin_and_disk_roundtrip(nlp, tmp_path):

@@ -162,6 +162,18 @@ class BiLM(nn.Module):
         load_hdf5(model, weights_path)
         return model
 
+    @classmethod
+    def from_pretrained(
+        cls, name: Optional[PathLike] = None, options: Optional[PathLike] = None, *, progress: bool = True, **kwargs
+    ) -> "BiLM":
+        """A biLM by name, path or URL: ``None``/``"english"`` (shipped with the
+        package), ``"small"``, ``"medium"``, ``"original"``, ``"original-5.5b"``
+        (AllenNLP's published English ELMo, downloaded once into the cache), a
+        directory or weights file, or an http(s) URL. See :mod:`spacy_elmo.hub`."""
+        from ..hub import resolve
+
+        return cls.from_hdf5(*resolve(name, options, progress=progress), **kwargs)
+
     def to_hdf5(self, weights_path: PathLike, options_path: PathLike) -> None:
         """Export to the published format (weights hdf5 + options JSON)."""
         from .weights import save_hdf5

@@ -29,19 +29,19 @@ import srsly
 import torch
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Model, PyTorchShim
+from thinc.api import Model, PyTorchShim, get_torch_default_device
 from thinc.types import Floats3d
 
 from ..bilm import BiLM, BiLMOptions
 from ..bilm.chars import batch_to_char_ids
+from ..hub import HOW_TO_GIVE_WEIGHTS
 from .listener import replace_listener, replace_listener_cfg
 from .span_getters import SpanGetter, configure_sent_or_strided_spans, token_sources
 
 NOT_INITIALIZED = (
-    "The elmo biLM has no weights yet. Give them at initialization: in the config, "
-    "[initialize.components.elmo] weights = \"weights.hdf5\" and options = \"options.json\" "
-    "(published bilm-tf/AllenNLP format), or in Python spacy_elmo.add_elmo(nlp, weights=..., "
-    "options=...) or nlp.get_pipe('elmo').set_bilm(BiLM(...))."
+    "The elmo biLM has no weights yet: call nlp.initialize() (with no weights given it loads "
+    "the English biLM shipped with spacy_elmo). " + HOW_TO_GIVE_WEIGHTS + " In Python also "
+    "spacy_elmo.add_elmo(nlp, NAME) or nlp.get_pipe('elmo').set_bilm(BiLM(...))."
 )
 
 
@@ -129,6 +129,8 @@ def get_bilm(model: Model) -> BiLM:
 def set_bilm(model: Model, bilm: BiLM) -> None:
     if not isinstance(bilm, BiLM):
         raise TypeError(f"expected a spacy_elmo.BiLM, found {type(bilm).__name__}")
+    if bilm.device.type == "cpu":  # follow spacy.require_gpu() / spacy train --gpu-id
+        bilm.to(get_torch_default_device())
     bilm.precision = model.attrs["precision"]
     model.shims[0]._model = bilm
 
