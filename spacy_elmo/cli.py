@@ -196,3 +196,44 @@ def export(
     except ValueError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2)
+
+
+@app.command()
+def neighbours(
+    query: str = typer.Argument(..., help="The query sentence (tokenised with spacy.blank(LANG))"),
+    word: str = typer.Option(..., help="The word of the query whose uses to compare (first match, ignoring case)"),
+    corpus: Path = typer.Option(..., help="Text file, one sentence a line (tokenised with spacy.blank(LANG))"),
+    k: int = typer.Option(5, help="How many neighbours"),
+    layer: str = typer.Option("mix", help="biLM layer 0..L, or 'mix' (the mean of the layers)"),
+    weights: Optional[Path] = typer.Option(None, help="biLM weights (default: the shipped model, if installed)"),
+    options: Optional[Path] = typer.Option(None, help="biLM options JSON (default: options.json beside the weights)"),
+    lang: str = typer.Option("en", help="spaCy language whose tokenizer splits the query and the corpus"),
+    batch_size: int = typer.Option(64, help="Sentences per batch"),
+) -> None:
+    """Contextual nearest neighbours: the corpus uses of WORD nearest to its use in QUERY."""
+    from .senses import neighbours_command
+
+    try:
+        neighbours_command(query, word, corpus, k, layer, weights, options, lang, batch_size, typer.echo)
+    except ValueError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2)
+
+
+@app.command()
+def senses(
+    data: Optional[Path] = typer.Option(None, help="Senses dataset, JSON lines (default: the shipped English set)"),
+    weights: Optional[Path] = typer.Option(None, help="biLM weights (default: the shipped model, if installed)"),
+    options: Optional[Path] = typer.Option(None, help="biLM options JSON (default: options.json beside the weights)"),
+    per_word: bool = typer.Option(False, "--per-word", help="Also print each word's accuracy per layer"),
+    batch_size: int = typer.Option(64, help="Sentences per batch"),
+) -> None:
+    """1-nearest-neighbour word sense accuracy per biLM layer (leave-one-out within each word)."""
+    from .senses import format_table, load_bilm, sense_eval
+
+    try:
+        rows = sense_eval(load_bilm(weights, options), data, batch_size=batch_size)
+    except ValueError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2)
+    typer.echo(format_table(rows, per_word=per_word))

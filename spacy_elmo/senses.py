@@ -1,0 +1,289 @@
+"""Word senses in ELMo space (the paper's Tables 4 and 5, in miniature).
+
+Two tools:
+
+``nearest_uses``
+    Contextual nearest neighbours: for a word in a query sentence, the uses of
+    the same word in a corpus whose vectors are closest (cosine) to the
+    query's. With a contextual layer, "bank" in "the bank of the river" finds
+    river banks, and "bank" in "the bank raised its rates" finds money banks.
+
+``sense_eval``
+    A 1-nearest-neighbour word sense evaluation on a small hand-made set of
+    ambiguous words (``resources/senses_en.jsonl``: two senses a word, six
+    sentences a sense), per biLM layer and for the mean of the layers.
+
+Names and choices
+-----------------
+* A *use* of a word is a token whose text equals the word, ignoring case
+  (``str.lower``); no lemmatisation, so "banks" is not a use of "bank".
+* A *layer* is an int ``0..L`` (0: the context-free character encoder,
+  1..L: the LSTM layers) or ``"mix"``: the plain mean of all L+1 layers
+  (an ELMo mix with equal weights).
+* Similarity is cosine similarity, computed in float64.
+* Leave-one-out 1-NN: each item is labelled with the sense of the most similar
+  *other* item of the same word.
+* **Ties.** Similarities within ``TIE_TOLERANCE`` of the best count as tied.
+  When the tied neighbours carry several senses the prediction is a fair coin
+  between those senses, and it is scored by its expectation: credit
+  ``1/k`` if the item's sense is among the ``k`` tied senses, else 0. The
+  rule looks at senses, not at how many tied items carry each sense, so it
+  favours no sense. Layer 0 gives every use of a word the same vector (the
+  dataset uses the word in one spelling, lower case), so every item is a
+  two-sense tie and layer 0 scores exactly 50%: chance, by construction.
+* Chance for two balanced senses is 50%. (For vectors that are distinct but
+  carry no sense information, leave-one-out 1-NN expects slightly less:
+  ``(6 - 1) / (12 - 1)`` = 45.5% with six sentences per sense, since the
+  item's own sense has one fewer candidate left.)
+"""
+import importlib
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Union
+
+import numpy
+
+Layer = Union[int, str]
+
+DATA = Path(__file__).parent / "resources" / "senses_en.jsonl"
+# Cosines within this of the best tie. Uses of a word in one spelling get the
+# same layer-0 vector (bitwise on one device; float32 batching noise elsewhere
+# moves their cosines, all near 1, only at second order), while distinct
+# contextual vectors differ far more: a 1e-5 tolerance already made false
+# ties in the layer mean of the random-weights fixture.
+TIE_TOLERANCE = 1e-7
+
+
+@dataclass
+class Neighbour:
+    """One use of the word in the corpus: sentence number, its tokens, the
+    token position of the use and its cosine similarity to the query use."""
+
+    sentence: int
+    tokens: List[str]
+    position: int
+    score: float
+
+
+# ----------------------------------------------------------------- helpers
+def parse_layer(value: Union[str, int]) -> Layer:
+    """``"mix"``/``"mean"`` -> ``"mix"``; ``"2"`` or ``2`` -> ``2``."""
+    if isinstance(value, int):
+        return value
+    text = str(value).strip().lower()
+    if text in ("mix", "mean"):
+        return "mix"
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"layer must be an integer or 'mix', found {value!r}")
+
+
+def layer_vectors(array: numpy.ndarray, layer: Layer) -> numpy.ndarray:
+    """(L+1, n_tokens, dim) activations -> (n_tokens, dim) for ``layer``."""
+    if layer == "mix":
+        return array.mean(axis=0)
+    if not isinstance(layer, int) or not 0 <= layer < array.shape[0]:
+        raise ValueError(f"layer must be 'mix' or in 0..{array.shape[0] - 1}, found {layer!r}")
+    return array[layer]
+
+
+def _unit(vectors: numpy.ndarray) -> numpy.ndarray:
+    vectors = numpy.asarray(vectors, dtype=numpy.float64)
+    norms = numpy.linalg.norm(vectors, axis=-1, keepdims=True)
+    return vectors / numpy.where(norms > 0, norms, 1.0)
+
+
+def uses(tokens: Sequence[str], word: str) -> List[int]:
+    """Positions of ``word`` in ``tokens``, ignoring case."""
+    word = word.lower()
+    return [i for i, t in enumerate(tokens) if t.lower() == word]
+
+
+# --------------------------------------------------------- nearest uses
+def nearest_uses(
+    bilm,
+    query_tokens: Sequence[str],
+    index: int,
+    corpus_sentences: Sequence[Sequence[str]],
+    layer: Layer = "mix",
+    k: int = 5,
+    batch_size: int = 64,
+) -> List[Neighbour]:
+    """The ``k`` uses of ``query_tokens[index]`` in ``corpus_sentences`` nearest
+    (cosine) to the query use, best first (ties: earlier sentence, then earlier
+    position). Only corpus sentences that contain the word are embedded; a
+    sentence with several uses contributes each. ``bilm`` is anything with
+    ``embed_sentences(sentences, batch_size=...)`` returning (L+1, n, dim)
+    arrays, e.g. :class:`spacy_elmo.BiLM`."""
+    query_tokens = list(query_tokens)
+    if not 0 <= index < len(query_tokens):
+        raise ValueError(f"index {index} is outside the query's {len(query_tokens)} tokens")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, found {k}")
+    word = query_tokens[index]
+    found = [(i, list(s)) for i, s in enumerate(corpus_sentences) if uses(s, word)]
+    if not found:
+        return []
+    arrays = bilm.embed_sentences([query_tokens] + [s for _, s in found], batch_size=batch_size)
+    query = _unit(layer_vectors(arrays[0], layer)[index])
+    candidates = []
+    for (number, tokens), array in zip(found, arrays[1:]):
+        vectors = _unit(layer_vectors(array, layer))
+        for position in uses(tokens, word):
+            score = float(vectors[position] @ query)
+            candidates.append(Neighbour(number, tokens, position, score))
+    candidates.sort(key=lambda n: (-n.score, n.sentence, n.position))
+    return candidates[:k]
+
+
+# ------------------------------------------------------------ sense eval
+def load_senses(path: Union[str, Path, None] = None) -> List[Dict]:
+    """Read a senses dataset: JSON lines with ``word``, ``sense``, ``tokens``
+    (a list, or a whitespace-tokenised string) and ``index`` (the target
+    token). Checks that every index points at the word (ignoring case)."""
+    path = Path(path) if path is not None else DATA
+    items = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        item = json.loads(line)
+        tokens = item["tokens"].split() if isinstance(item["tokens"], str) else list(item["tokens"])
+        index = int(item["index"])
+        if not 0 <= index < len(tokens) or tokens[index].lower() != item["word"].lower():
+            raise ValueError(f"{path}:{number}: index {index} does not point at {item['word']!r} in {tokens}")
+        items.append({"word": item["word"], "sense": item["sense"], "tokens": tokens, "index": index})
+    return items
+
+
+def one_nn(vectors: numpy.ndarray, senses: Sequence[str], tolerance: float = TIE_TOLERANCE):
+    """Leave-one-out 1-NN over the uses of one word: per item, the expected
+    credit (1, 0, or 1/k for a tie across k senses; see the module docstring)
+    and whether its nearest neighbours tied across senses."""
+    unit = _unit(vectors)
+    sims = unit @ unit.T
+    numpy.fill_diagonal(sims, -numpy.inf)
+    credits, tied = [], []
+    for i, row in enumerate(sims):
+        best = row.max()
+        near = {senses[j] for j in numpy.flatnonzero(row >= best - tolerance)}
+        credits.append(1.0 / len(near) if senses[i] in near else 0.0)
+        tied.append(len(near) > 1)
+    return credits, tied
+
+
+def sense_eval(bilm, dataset: Union[str, Path, Iterable[Dict], None] = None, batch_size: int = 64) -> List[Dict]:
+    """1-NN word sense accuracy per layer (0..L, then ``"mix"``, the mean of
+    the layers), leave-one-out within each word. ``dataset``: items as from
+    :func:`load_senses`, or a path (default: the packaged English set).
+
+    Returns one row per layer: ``layer``, ``accuracy`` (0..1), ``items``,
+    ``tied`` (items whose nearest neighbours tied across senses) and
+    ``per_word`` (word -> accuracy)."""
+    items = load_senses(dataset) if dataset is None or isinstance(dataset, (str, Path)) else list(dataset)
+    if not items:
+        raise ValueError("the senses dataset is empty")
+    arrays = bilm.embed_sentences([it["tokens"] for it in items], batch_size=batch_size)
+    groups: Dict[str, List[int]] = {}
+    for i, it in enumerate(items):
+        groups.setdefault(it["word"].lower(), []).append(i)
+    rows = []
+    for layer in list(range(arrays[0].shape[0])) + ["mix"]:
+        total, tied, per_word = 0.0, 0, {}
+        for word, members in groups.items():
+            vectors = numpy.stack([layer_vectors(arrays[i], layer)[items[i]["index"]] for i in members])
+            credits, ties = one_nn(vectors, [items[i]["sense"] for i in members])
+            total += sum(credits)
+            tied += sum(ties)
+            per_word[word] = sum(credits) / len(credits)
+        rows.append({"layer": layer, "accuracy": total / len(items), "items": len(items), "tied": tied, "per_word": per_word})
+    return rows
+
+
+def format_table(rows: List[Dict], per_word: bool = False) -> str:
+    """The rows of :func:`sense_eval` as a plain-text table."""
+    lines = [f"{'layer':<6} {'1-NN accuracy':>13} {'items':>6} {'tied':>6}"]
+    for row in rows:
+        name = str(row["layer"]) if row["layer"] != "mix" else "mean"
+        note = "  (context-free: chance by the tie rule)" if row["layer"] == 0 else ""
+        lines.append(f"{name:<6} {100 * row['accuracy']:>12.1f}% {row['items']:>6} {row['tied']:>6}{note}")
+    lines.append("chance: 50.0% (two balanced senses a word); ties across senses score 1/2")
+    if per_word:
+        words = sorted(rows[0]["per_word"])
+        head = " ".join(f"{('mean' if r['layer'] == 'mix' else 'L' + str(r['layer'])):>6}" for r in rows)
+        lines.append("")
+        lines.append(f"{'word':<10} {head}")
+        for w in words:
+            lines.append(f"{w:<10} " + " ".join(f"{100 * r['per_word'][w]:>5.0f}%" for r in rows))
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------ loading
+def load_bilm(weights: Optional[Path] = None, options: Optional[Path] = None):
+    """The biLM for the command line: ``weights`` + ``options`` (options
+    default: ``options.json`` beside the weights); without weights, the
+    shipped default from ``spacy_elmo.hub.default_bilm()`` when this install
+    has one."""
+    if weights is not None:
+        from .bilm import BiLM
+
+        if options is None:
+            options = Path(weights).with_name("options.json")
+            if not options.exists():
+                raise ValueError(f"no --options given and no {options} beside the weights")
+        return BiLM.from_hdf5(weights, options).eval()
+    if options is not None:
+        raise ValueError("--options needs --weights")
+    default = None
+    if importlib.util.find_spec(f"{__package__}.hub") is not None:
+        default = getattr(importlib.import_module(f"{__package__}.hub"), "default_bilm", None)
+    if default is None:
+        raise ValueError("no --weights given and this install has no default model (spacy_elmo.hub.default_bilm); pass --weights and --options")
+    model = default()
+    return model.eval() if hasattr(model, "eval") else model
+
+
+# ------------------------------------------------------------ commands
+def mark(tokens: Sequence[str], position: int) -> str:
+    """The sentence with the use at ``position`` in brackets."""
+    return " ".join(f"[{t}]" if i == position else t for i, t in enumerate(tokens))
+
+
+def make_tokenizer(lang: str):
+    """``text -> list of token texts`` by ``spacy.blank(lang)``'s tokenizer."""
+    import spacy
+
+    tokenizer = spacy.blank(lang).tokenizer
+    return lambda text: [t.text for t in tokenizer(text)]
+
+
+def neighbours_command(query: str, word: str, corpus: Path, k: int, layer: str, weights, options, lang: str, batch_size: int, echo) -> None:
+    """``python -m spacy_elmo neighbours``: tokenise the query and the corpus
+    lines that contain the word with ``spacy.blank(lang)``, then print the
+    :func:`nearest_uses`."""
+    which = parse_layer(layer)
+    tokenize = make_tokenizer(lang)
+    query_tokens = tokenize(query)
+    positions = uses(query_tokens, word)
+    if not positions:
+        raise ValueError(f"{word!r} is not a token of the query {query_tokens}")
+    needle = word.lower()
+    sentences = []
+    with open(corpus, encoding="utf-8") as fin:
+        for line in fin:
+            if needle in line.lower():  # cheap filter before tokenising
+                tokens = tokenize(line.strip())
+                if uses(tokens, word):
+                    sentences.append(tokens)
+    bilm = load_bilm(weights, options)
+    if isinstance(which, int) and not 0 <= which < bilm.num_layers:
+        raise ValueError(f"--layer must be 'mix' or in 0..{bilm.num_layers - 1}, found {which}")
+    found = nearest_uses(bilm, query_tokens, positions[0], sentences, which, k, batch_size)
+    name = "mean of the layers" if which == "mix" else f"layer {which}"
+    echo(f"query: {mark(query_tokens, positions[0])}   ({name}; {len(sentences)} corpus sentences use {word!r})")
+    for rank, n in enumerate(found, 1):
+        echo(f"{rank:>3}  {n.score:.3f}  {mark(n.tokens, n.position)}")
+    if not found:
+        echo(f"no corpus sentence uses {word!r}")

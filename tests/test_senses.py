@@ -1,0 +1,169 @@
+"""Word senses: contextual nearest neighbours and the 1-NN sense evaluation
+(mechanics on the random-weights fixture biLM and on a stub)."""
+import importlib.machinery
+import json
+import sys
+import types
+import zlib
+from collections import Counter
+
+import numpy
+import pytest
+from typer.testing import CliRunner
+
+from spacy_elmo import BiLM
+from spacy_elmo.cli import app
+from spacy_elmo.senses import DATA, load_bilm, load_senses, nearest_uses, one_nn, sense_eval
+
+
+@pytest.fixture(scope="module")
+def fixture_bilm(parity_paths):
+    return BiLM.from_hdf5(*parity_paths).eval()
+
+
+class Spy:
+    """Wraps a biLM and records the sentences it was asked to embed."""
+
+    def __init__(self, bilm):
+        self.bilm, self.seen = bilm, []
+
+    def embed_sentences(self, sentences, batch_size=64):
+        self.seen.extend(list(s) for s in sentences)
+        return self.bilm.embed_sentences(sentences, batch_size=batch_size)
+
+
+def word_vector(word, dim=16):
+    return numpy.random.default_rng(zlib.crc32(word.lower().encode())).standard_normal(dim)
+
+
+class NextWordStub:
+    """A fake biLM with two layers: layer 0 is the token's own (context-free)
+    vector, layer 1 the vector of the next token, which in ``STUB_DATA``
+    is the sense's cue word, plus a little of the token after it."""
+
+    num_layers = 2
+
+    def embed_sentences(self, sentences, batch_size=64):
+        out = []
+        for s in sentences:
+            own = numpy.stack([word_vector(t) for t in s])
+            nxt = numpy.stack([word_vector(s[i + 1]) + 0.3 * word_vector(s[i + 2]) if i + 2 < len(s) else word_vector("</S>") for i in range(len(s))])
+            out.append(numpy.stack([own, nxt]).astype(numpy.float32))
+        return out
+
+
+FILLERS = ["today", "again", "slowly", "there", "now", "later"]
+STUB_DATA = [
+    {"word": w, "sense": f"{w}/{cue}", "tokens": ["the", w, cue, filler, "."], "index": 1}
+    for w, cues in [("bank", ("river", "loan")), ("bat", ("wings", "ball"))]
+    for cue in cues
+    for filler in FILLERS
+]
+
+
+def test_dataset_is_well_formed():
+    items = load_senses()
+    assert DATA.name == "senses_en.jsonl" and DATA.exists()
+    by_word = {}
+    for it in items:
+        assert it["tokens"][it["index"]] == it["word"]  # one spelling: layer 0 ties by construction
+        assert Counter(t.lower() for t in it["tokens"])[it["word"]] == 1
+        assert it["sense"].startswith(it["word"] + "/")
+        by_word.setdefault(it["word"], Counter())[it["sense"]] += 1
+    assert len(by_word) >= 16
+    for word, senses in by_word.items():
+        assert len(senses) == 2 and set(senses.values()) == {6}, (word, senses)
+    assert len({tuple(it["tokens"]) for it in items}) == len(items)
+
+
+def test_nearest_uses_finds_the_query_first(fixture_bilm):
+    query = "The bank of the river flooded after the rain .".split()
+    corpus = [
+        "She opened an account at the bank .".split(),
+        "Nothing to see here .".split(),
+        query,
+        "The BANK closed early ; the bank reopened later .".split(),
+        "We walked along the river bank .".split(),
+        "Banks are not a use of the word .".split(),
+    ]
+    spy = Spy(fixture_bilm)
+    for layer in (1, 2, "mix"):
+        spy.seen.clear()
+        found = nearest_uses(spy, query, 1, corpus, layer=layer, k=10)
+        assert found[0].sentence == 2 and found[0].position == 1
+        assert found[0].score == pytest.approx(1.0, abs=1e-4)
+        scores = [n.score for n in found]
+        assert scores == sorted(scores, reverse=True)
+        assert sorted((n.sentence, n.position) for n in found) == [(0, 6), (2, 1), (3, 1), (3, 6), (4, 5)]
+        for n in found:
+            assert n.tokens[n.position].lower() == "bank"
+        assert [s for s in spy.seen[1:]] == [corpus[i] for i in (0, 2, 3, 4)]  # the query, then only uses
+    assert len(nearest_uses(fixture_bilm, query, 1, corpus, k=2)) == 2
+    assert nearest_uses(fixture_bilm, query, 1, [corpus[1]]) == []
+
+
+def test_sense_eval_layer0_is_chance_by_construction(fixture_bilm):
+    rows = sense_eval(fixture_bilm)
+    n = len(load_senses())
+    assert [r["layer"] for r in rows] == [0, 1, 2, "mix"]
+    assert rows[0]["accuracy"] == 0.5 and rows[0]["tied"] == n
+    for r in rows:
+        assert r["items"] == n and 0.0 <= r["accuracy"] <= 1.0
+        assert len(r["per_word"]) == len({it["word"] for it in load_senses()})
+
+
+def test_tie_rule():
+    senses = ["a", "a", "b", "b"]
+    same = numpy.ones((4, 3))
+    credits, tied = one_nn(same, senses)
+    assert credits == [0.5] * 4 and tied == [True] * 4
+    # float32-sized noise on equal vectors (batching on another device) still ties.
+    noisy = same + 1e-6 * numpy.random.default_rng(0).standard_normal(same.shape)
+    assert one_nn(noisy, senses) == (credits, tied)
+    # A tie inside one sense is no tie between senses.
+    vectors = numpy.array([[1.0, 0.0], [1.0, 0.2], [1.0, -0.2], [0.0, 1.0], [0.1, 1.0], [1.0, 0.3]])
+    credits, tied = one_nn(vectors, ["a", "a", "a", "b", "b", "b"])
+    assert credits[0] == 1.0 and not tied[0]  # items 1 and 2 tie, both sense a
+    assert credits[5] == 0.0 and not tied[5]  # nearest is item 0, of the other sense
+    assert credits[3] == 1.0
+
+
+def test_sense_eval_detects_separation():
+    rows = sense_eval(NextWordStub(), STUB_DATA)
+    by_layer = {r["layer"]: r for r in rows}
+    assert by_layer[0]["accuracy"] == 0.5  # context-free: chance
+    assert by_layer[1]["accuracy"] == 1.0 and by_layer[1]["tied"] == 0  # the context gives the sense
+    assert by_layer[1]["per_word"] == {"bank": 1.0, "bat": 1.0}
+
+
+def test_load_bilm_default(monkeypatch, parity_paths):
+    hub = types.ModuleType("spacy_elmo.hub")
+    hub.__spec__ = importlib.machinery.ModuleSpec("spacy_elmo.hub", None)
+    monkeypatch.setitem(sys.modules, "spacy_elmo.hub", hub)
+    with pytest.raises(ValueError, match="no default model"):
+        load_bilm()
+    stub = NextWordStub()
+    hub.default_bilm = lambda: stub
+    assert load_bilm() is stub
+    assert isinstance(load_bilm(parity_paths[0]), BiLM)  # options.json beside the weights
+
+
+def test_cli(tmp_path, parity_paths, monkeypatch):
+    # Whitespace tokens here: spacy.blank loads every installed spaCy plugin, slow in a test.
+    monkeypatch.setattr("spacy_elmo.senses.make_tokenizer", lambda lang: str.split)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("She opened an account at the bank .\nNo use here .\nWe sat on the bank of the river .\n", encoding="utf-8")
+    weights = ["--weights", str(parity_paths[0]), "--options", str(parity_paths[1])]
+    runner = CliRunner()
+    result = runner.invoke(app, ["neighbours", "We sat on the bank of the river .", "--word", "bank", "--corpus", str(corpus), "--layer", "1"] + weights)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "[bank]" in lines[0] and "2 corpus sentences" in lines[0]
+    assert lines[1].split()[1] == "1.000" and "river" in lines[1]
+    result = runner.invoke(app, ["neighbours", "No bank here", "--word", "river", "--corpus", str(corpus)] + weights)
+    assert result.exit_code == 2
+    data = tmp_path / "senses.jsonl"
+    data.write_text("".join(json.dumps(it) + "\n" for it in STUB_DATA), encoding="utf-8")
+    result = runner.invoke(app, ["senses", "--data", str(data)] + weights)
+    assert result.exit_code == 0, result.output
+    assert "50.0%" in result.output.splitlines()[1] and " 24 " in result.output and "mean" in result.output
