@@ -104,6 +104,7 @@ def pretrain(
     output: Path = typer.Option(..., "--output", "-o", help="Output directory: config, vocab, options, log.jsonl, checkpoints/, export/, learning_curve.png"),
     options: Optional[Path] = typer.Option(None, help="biLM options JSON (model sizes)"),
     shape: Optional[str] = typer.Option(None, help="Published shape instead of --options: small, medium or original"),
+    init: Optional[Path] = typer.Option(None, help="Start from an exported model directory (weights.hdf5, options.json; vocab.txt and softmax.pt are used when there): continue or adapt it"),
     dev: List[Path] = typer.Option([], help="Held-out text (repeatable); default: --dev-fraction of the training windows"),
     lang: str = typer.Option("en", help="spaCy language whose tokenizer splits the text (spacy.blank(lang))"),
     max_tokens: int = typer.Option(100, help="Longer lines are cut into windows of at most this many tokens"),
@@ -122,7 +123,7 @@ def pretrain(
     dropout: float = typer.Option(0.1, help="Dropout on LSTM inputs and the top layer"),
     seed: int = typer.Option(0, help="Seed of the weights, the data order and the held-out split"),
     log_every: int = typer.Option(10, help="Log training loss every N steps"),
-    eval_every: int = typer.Option(500, help="Held-out perplexity every N steps"),
+    eval_every: Optional[int] = typer.Option(None, help="Held-out perplexity every N steps (default: max-steps/20, 50..1000)"),
     checkpoint_every: int = typer.Option(1000, help="Checkpoint every N steps (and on SIGTERM/SIGINT, and at the end)"),
     device: str = typer.Option("cpu", help="cpu, cuda or cuda:N"),
     precision: str = typer.Option("fp32", help="fp32, bf16 (autocast) or fp16 (autocast + GradScaler, CUDA only)"),
@@ -142,13 +143,21 @@ def pretrain(
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if threads:
         torch.set_num_threads(threads)
+    from .pretrain.trainer import busy_machine_warning, plot_available
+
+    warning = busy_machine_warning(torch.get_num_threads())
+    if warning:
+        typer.echo(f"warning: {warning}", err=True)
+    if not plot_available():
+        typer.echo("note: no learning-curve plot without matplotlib (pip install 'spacy_elmo[pretrain]'); "
+                   "log.jsonl has the figures, and `python -m spacy_elmo plot OUTPUT` draws it later", err=True)
     try:
         cut = [int(c) for c in cutoffs.split(",") if c.strip()] if cutoffs else None
     except ValueError:
         raise typer.BadParameter(f"--cutoffs must be comma-separated integers, found {cutoffs!r}")
     config = PretrainConfig(
         train=[str(p) for p in train], output=str(output), dev=[str(p) for p in dev],
-        options=str(options) if options else None, shape=shape, lang=lang, max_tokens=max_tokens,
+        options=str(options) if options else None, shape=shape, init=str(init) if init else None, lang=lang, max_tokens=max_tokens,
         strict=strict, vocab=str(vocab) if vocab else None, vocab_size=vocab_size, min_count=min_count,
         cutoffs=cut, dev_fraction=dev_fraction, batch_size=batch_size, max_steps=max_steps,
         optimizer=optimizer, lr=lr, warmup_steps=warmup_steps, schedule=schedule, clip_norm=clip_norm,
@@ -173,6 +182,25 @@ def pretrain(
             f"{d['dev_ppl_backward']:.2f}, mean {d['dev_ppl']:.2f} (unigram {summary['unigram_dev_ppl']:.2f}); "
             f"exported to {output}/export"
         )
+
+
+@app.command()
+def plot(
+    output: Path = typer.Argument(..., help="A pretraining output directory (holds log.jsonl)"),
+) -> None:
+    """Draw OUTPUT/learning_curve.png from OUTPUT/log.jsonl (needs matplotlib)."""
+    from .pretrain.trainer import plot_learning_curve
+
+    log = output / "log.jsonl"
+    if not log.is_file():
+        typer.echo(f"error: {log} not found", err=True)
+        raise typer.Exit(2)
+    try:
+        plot_learning_curve(log, output / "learning_curve.png")
+    except ImportError:
+        typer.echo("error: the plot needs matplotlib: pip install 'spacy_elmo[pretrain]'", err=True)
+        raise typer.Exit(2)
+    typer.echo(f"wrote {output / 'learning_curve.png'}")
 
 
 @app.command()

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from pretrain_helpers import distributed_worker, make_lines, tiny_config, write_corpus  # noqa: E402
+from pretrain_helpers import distributed_worker, make_lines, tiny_config, write_corpus, write_options  # noqa: E402
 
 from spacy_elmo import BiLM  # noqa: E402
 from spacy_elmo.bilm.chars import batch_to_char_ids  # noqa: E402
@@ -476,3 +476,66 @@ def test_corpus_cache_round_trip_and_invalidation(tmp_path):
     for f in cache.glob("corpus-*.npz"):
         f.write_bytes(b"not an npz")
     assert read_corpus([text], max_tokens=4, cache_dir=cache).types == changed.types
+
+
+def test_resume_can_lengthen_a_run(tmp_path):
+    corpus = write_corpus(tmp_path, 60)
+    pretrain(tiny_config(tmp_path, corpus, max_steps=2), progress=False)
+    summary = pretrain(tiny_config(tmp_path, corpus, max_steps=5), resume=True, progress=False)
+    assert summary["step"] == 5 and not summary["stopped"]
+    steps = [r["step"] for r in read_log(tmp_path / "out" / "log.jsonl") if r["event"] == "train"]
+    assert steps[-3:] == [3, 4, 5]
+
+
+def test_init_continues_an_exported_model_with_its_softmax(tmp_path):
+    from spacy_elmo.pretrain.trainer import PretrainModel, _init_from_export
+    from spacy_elmo.pretrain.vocab import Vocab
+
+    corpus = write_corpus(tmp_path, 60)
+    pretrain(tiny_config(tmp_path, corpus, "first", max_steps=3), progress=False)
+    exported = tmp_path / "first" / "export"
+    assert (exported / "softmax.pt").is_file()
+    saved = load_checkpoint(tmp_path / "first" / "checkpoints" / "last.pt")
+
+    # The weights and the softmax of the export, exactly.
+    options = json.loads((exported / "options.json").read_text())
+    vocab = Vocab.from_file(exported / "vocab.txt")
+    from spacy_elmo.bilm.options import BiLMOptions
+
+    model = PretrainModel(BiLMOptions.from_dict(options), len(vocab))
+    _init_from_export(model, exported, vocab)
+    for name, value in model.state_dict().items():
+        assert torch.allclose(value, saved["model"][name], atol=1e-7), name
+
+    # A run with --init (no --options) trains on from there and keeps the vocabulary.
+    config = tiny_config(tmp_path, corpus, "second", max_steps=2, init=str(exported), options=None)
+    summary = pretrain(config, progress=False)
+    assert summary["step"] == 2
+    assert (tmp_path / "second" / "vocab.txt").read_text() == (exported / "vocab.txt").read_text()
+    # Another vocabulary: the biLM carries over, the softmax starts afresh.
+    other = tiny_config(tmp_path, corpus, "third", max_steps=1, init=str(exported), options=None, vocab_size=10)
+    assert pretrain(other, progress=False)["step"] == 1
+    # Options that differ from the model's are refused.
+    bad = tiny_config(tmp_path, corpus, "fourth", max_steps=1, init=str(exported))
+    write_options(tmp_path, **{"lstm.dim": 12})
+    with pytest.raises(ValueError, match="differs from the options of the model in --init"):
+        pretrain(bad, progress=False)
+
+
+def test_default_eval_interval_gives_a_curve_for_short_runs(tmp_path):
+    corpus = write_corpus(tmp_path, 60)
+    config = tiny_config(tmp_path, corpus, max_steps=200, eval_every=None)
+    assert config.eval_interval == 50
+    assert tiny_config(tmp_path, corpus, max_steps=10**6, eval_every=None).eval_interval == 1000
+    assert tiny_config(tmp_path, corpus, max_steps=4000, eval_every=None).eval_interval == 200
+
+
+def test_busy_machine_warning(monkeypatch):
+    from spacy_elmo.pretrain import trainer
+
+    monkeypatch.setattr(trainer.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(trainer.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
+    assert "--threads 1" in trainer.busy_machine_warning(2)
+    assert trainer.busy_machine_warning(1) is None
+    monkeypatch.setattr(trainer.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert trainer.busy_machine_warning(2) is None

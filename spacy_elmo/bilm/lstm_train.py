@@ -74,19 +74,24 @@ class ProjectedLSTMFunction(torch.autograd.Function):
         ctx.n_active = [n for n in n_active[: len(gates_seq)]]
         ctx.clips = (cell_clip, proj_clip)
         ctx.sequences = (gates_seq, c_raw_seq, tanh_c_seq, m_seq, h_raw_seq)
-        ctx.save_for_backward(weight_hh, weight_proj, h0, c0)
+        ctx.save_for_backward(weight_hh, weight_proj, h0, c0, out)
         ctx.mark_non_differentiable(h_final, c_final)
         return out, h_final, c_final
 
     @staticmethod
     def backward(ctx, d_out, _dh_final, _dc_final):
-        weight_hh, weight_proj, h0, c0 = ctx.saved_tensors
+        weight_hh, weight_proj, h0, c0, out = ctx.saved_tensors
         gates_seq, c_raw_seq, tanh_c_seq, m_seq, h_raw_seq = ctx.sequences
         cell_clip, proj_clip = ctx.clips
         n_active = ctx.n_active
         n_dir, n_steps, batch, P = d_out.shape
         C = weight_proj.shape[2]
-        d_xw = d_out.new_zeros(n_dir, n_steps, batch, 4 * C)
+        d_xw = d_out.new_empty(n_dir, n_steps, batch, 4 * C)
+        # Rows past their length get no gradient; active rows are written below.
+        for t in range(n_steps):
+            n = n_active[t] if t < len(n_active) else 0
+            if n < batch:
+                d_xw[:, t, n:].zero_()
         dh = d_out.new_zeros(n_dir, batch, P)
         dc = d_out.new_zeros(n_dir, batch, C)
         dh_raw_seq: List[torch.Tensor] = [None] * len(n_active)  # type: ignore[list-item]
@@ -123,19 +128,15 @@ class ProjectedLSTMFunction(torch.autograd.Function):
             d_gates.mul_(deriv)
             dc[:, :n] = dc_t * f
             dh[:, :n] = torch.bmm(d_gates, weight_hh)
-        # Weight gradients: one product each over all steps' active rows.
+        # Weight gradients: one product each over all steps. Each step's
+        # h_{t-1} is the previous step's output (h0 at the first step); rows
+        # past their length have zero gradient in ``d_xw``, and their
+        # (finite) h_{t-1} then adds nothing.
         T = len(n_active)
-        d_gates_all = torch.cat([d_xw[:, t, :n] for t, n in enumerate(n_active)], dim=1) if T else d_xw.new_zeros(n_dir, 0, 4 * C)
-        h_prev_all = torch.cat(
-            [h0[:, : n_active[0]]]
-            + [
-                (h_raw_seq[t - 1][:, :n] if proj_clip is None else h_raw_seq[t - 1][:, :n].clamp(-proj_clip, proj_clip))
-                for t, n in enumerate(n_active)
-                if t > 0
-            ],
-            dim=1,
-        ) if T else h0[:, :0]
-        d_weight_hh = torch.bmm(d_gates_all.transpose(1, 2), h_prev_all)
+        h_prev = torch.cat([h0.unsqueeze(1), out[:, : max(T - 1, 0)]], dim=1)  # (2, T, B, P)
+        d_weight_hh = torch.bmm(
+            d_xw[:, :T].reshape(n_dir, T * batch, 4 * C).transpose(1, 2), h_prev.reshape(n_dir, T * batch, P)
+        )
         if T:
             d_weight_proj = torch.bmm(torch.cat(dh_raw_seq, dim=1).transpose(1, 2), torch.cat(m_seq, dim=1))
         else:

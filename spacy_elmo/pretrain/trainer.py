@@ -48,7 +48,7 @@ import torch
 from torch import nn
 
 from ..bilm.chars import boundary_char_ids, token_char_ids
-from ..bilm.lm_head import LMHead
+from ..bilm.lm_head import LMHead, default_cutoffs
 from ..bilm.model import BiLM
 from ..bilm.options import BiLMOptions
 from . import distributed as D
@@ -72,6 +72,7 @@ class PretrainConfig:
     dev: List[str] = field(default_factory=list)
     options: Optional[str] = None
     shape: Optional[str] = None
+    init: Optional[str] = None
     lang: str = "en"
     max_tokens: int = 100
     max_line_chars: int = 100_000
@@ -92,22 +93,28 @@ class PretrainConfig:
     dropout: float = 0.1
     seed: int = 0
     log_every: int = 10
-    eval_every: int = 500
+    eval_every: Optional[int] = None
     checkpoint_every: int = 1000
     device: str = "cpu"
     precision: str = "fp32"
 
     #: Fields that may change when resuming (they do not change the weights).
-    RESUMABLE_CHANGES = ("output", "log_every", "eval_every", "checkpoint_every", "device", "train", "dev")
+    #: ``max_steps`` may change too: a run can be lengthened (or shortened);
+    #: with the linear schedule the decay is then stretched from that step on.
+    RESUMABLE_CHANGES = ("output", "log_every", "eval_every", "checkpoint_every", "device", "train", "dev", "max_steps")
 
     def validate(self) -> None:
         problems = []
         if not self.train:
             problems.append("no training corpus given")
-        if (self.options is None) == (self.shape is None):
-            problems.append("give exactly one of options (a JSON file) and shape (small, medium, original)")
+        if self.options is not None and self.shape is not None:
+            problems.append("give one of options (a JSON file) and shape (small, medium, original), not both")
+        if self.options is None and self.shape is None and self.init is None:
+            problems.append("give options (a JSON file), shape (small, medium, original) or init (an exported model)")
+        if self.init is not None and self.shape is not None:
+            problems.append("init takes the model's options from the exported model; do not give shape")
         for name in ("max_tokens", "batch_size", "max_steps", "log_every", "eval_every", "checkpoint_every"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, found {getattr(self, name)}")
         if self.warmup_steps < 0:
             problems.append(f"warmup_steps must be >= 0, found {self.warmup_steps}")
@@ -129,6 +136,14 @@ class PretrainConfig:
             problems.append(f"lr must be > 0, found {self.lr}")
         if problems:
             raise ValueError("invalid pretraining settings: " + "; ".join(problems))
+
+    @property
+    def eval_interval(self) -> int:
+        """``eval_every``, or by default ~20 evaluations per run (at least
+        every 50 steps, at most every 1,000), so a short run has a curve too."""
+        if self.eval_every is not None:
+            return self.eval_every
+        return min(1000, max(50, self.max_steps // 20))
 
     @property
     def learning_rate(self) -> float:
@@ -233,7 +248,42 @@ def unigram_perplexity(train_counts: numpy.ndarray, n_train_windows: int, dev_ta
 
 
 # ---------------------------------------------------------------- helpers
+def busy_machine_warning(threads: int) -> Optional[str]:
+    """A warning when torch's ``threads`` threads will compete with other
+    work for the CPU: its threads wait for each other at every operation,
+    so one that loses its core stalls the rest (measured on a 2-core
+    machine with other work running: 2 threads trained 4-5x slower than 1).
+    None when the load leaves room, or on systems without a load average."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    cores = os.cpu_count() or 1
+    if threads > 1 and load + threads > cores + 0.5:
+        return (
+            f"{threads} torch threads on {cores} cores with a load of {load:.1f}: busy cores stall threaded "
+            f"training, often several times over; try --threads {max(1, int(cores - load)) if load < cores else 1}"
+        )
+    return None
+
+
+def plot_available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _load_options(config: PretrainConfig) -> BiLMOptions:
+    if config.init is not None:
+        init_options = BiLMOptions.from_file(Path(config.init) / "options.json")
+        if config.options is not None and BiLMOptions.from_file(config.options).to_dict() != init_options.to_dict():
+            raise ValueError(
+                f"--options {config.options} differs from the options of the model in --init {config.init}; "
+                "leave --options out to continue that model"
+            )
+        return init_options
     if config.shape is not None:
         from ..benchmark import PUBLISHED, published_options
 
@@ -350,6 +400,12 @@ def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torc
     if resume:
         checkpoint = load_checkpoint(last)
         _check_resume(checkpoint, config, info)
+        saved_steps = checkpoint["config"].get("max_steps")
+        if saved_steps != config.max_steps:
+            logger.warning(
+                "max_steps %s -> %s%s", saved_steps, config.max_steps,
+                ": the linear decay is stretched from here on" if config.schedule == "linear" else "",
+            )
     elif last.exists():
         raise ValueError(f"{out} already holds a checkpoint; use --resume to continue it or choose another output")
     options = _load_options(config)
@@ -370,8 +426,12 @@ def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torc
     if dev_corpus is corpus:
         for w in dev_idx:
             numpy.subtract.at(type_counts, corpus.window(int(w)), 1)
+    init_vocab = Path(config.init) / "vocab.txt" if config.init else None
     if config.vocab:
         vocab = Vocab.from_file(config.vocab)
+    elif init_vocab is not None and init_vocab.is_file():
+        # Continuing a model: keep its vocabulary, so its softmax carries over.
+        vocab = Vocab.from_file(init_vocab)
     else:
         from collections import Counter
 
@@ -418,6 +478,8 @@ def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torc
         step = int(checkpoint["step"])
         tokens_seen = int(checkpoint["tokens_seen"])
     else:
+        if config.init:
+            _init_from_export(model, Path(config.init), vocab)
         # Different dropout masks on each rank; the weights are the same.
         torch.manual_seed(config.seed * 1000 + 1 + info.rank)
         step, tokens_seen = 0, 0
@@ -537,7 +599,7 @@ def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torc
                     bar.set_postfix(loss=f"{(f + b) / (2 * nt):.3f}", tok_s=f"{rate:.0f}")
                 window_sums = [0.0, 0.0, 0.0, 0.0]
                 last_log_time = now
-            if step % config.eval_every == 0 and step < config.max_steps:
+            if step % config.eval_interval == 0 and step < config.max_steps:
                 last_eval = evaluate()
             if step % config.checkpoint_every == 0 and step < config.max_steps:
                 save("every")
@@ -603,7 +665,45 @@ def export(output_dir: Path, export_dir: Path, checkpoint: Optional[Path] = None
     export_dir.mkdir(parents=True, exist_ok=True)
     bilm.to_hdf5(export_dir / "weights.hdf5", export_dir / "options.json")
     Vocab(state["vocab"]).to_file(export_dir / "vocab.txt")
+    head = {k[len("head."):]: v for k, v in state["model"].items() if k.startswith("head.")}
+    cutoffs = state["config"].get("cutoffs") or default_cutoffs(len(state["vocab"]))
+    torch.save({"format": SOFTMAX_FORMAT, "cutoffs": torch.tensor(cutoffs), "state": head}, export_dir / "softmax.pt")
     return export_dir
+
+
+SOFTMAX_FORMAT = "spacy_elmo.pretrain.softmax/1"
+
+
+def _init_from_export(model: "PretrainModel", init_dir: Path, vocab: Vocab) -> None:
+    """Start from an exported model (``export`` or a published/shipped
+    model directory): its biLM weights, and its softmax (``softmax.pt``)
+    when it is there and was trained over the same vocabulary. Optimizer,
+    schedule and step start afresh."""
+    from ..bilm.weights import load_hdf5
+
+    weights = init_dir / "weights.hdf5"
+    if not weights.is_file():
+        raise ValueError(f"--init {init_dir}: no weights.hdf5 there (give a directory written by `export`)")
+    load_hdf5(model.bilm, weights)
+    softmax = init_dir / "softmax.pt"
+    same_vocab = (init_dir / "vocab.txt").is_file() and Vocab.from_file(init_dir / "vocab.txt").words == vocab.words
+    if softmax.is_file() and same_vocab:
+        try:
+            saved = torch.load(softmax, map_location="cpu", weights_only=True)
+        except Exception as err:
+            raise ValueError(f"cannot read {softmax} (weights_only): {err}") from None
+        if not isinstance(saved, dict) or saved.get("format") != SOFTMAX_FORMAT:
+            raise ValueError(f"{softmax} is not a spacy_elmo softmax file")
+        if [int(c) for c in saved["cutoffs"]] != list(model.head.cutoffs):
+            raise ValueError(
+                f"{softmax} has cutoffs {saved['cutoffs'].tolist()}, this run {model.head.cutoffs}; "
+                "leave --cutoffs at the model's"
+            )
+        model.head.load_state_dict(saved["state"])
+        logger.info("initialised the biLM and the softmax from %s", init_dir)
+    else:
+        logger.info("initialised the biLM from %s (softmax trained afresh: %s)", init_dir,
+                    "no softmax.pt" if not softmax.is_file() else "another vocabulary")
 
 
 def _checkpoint_path(output_dir: Path, checkpoint: Optional[Path]) -> Path:
