@@ -404,7 +404,7 @@ def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torc
         if saved_steps != config.max_steps:
             logger.warning(
                 "max_steps %s -> %s%s", saved_steps, config.max_steps,
-                ": the linear decay is stretched from here on" if config.schedule == "linear" else "",
+                f": the linear decay now reaches zero at step {config.max_steps}" if config.schedule == "linear" else "",
             )
     elif last.exists():
         raise ValueError(f"{out} already holds a checkpoint; use --resume to continue it or choose another output")
