@@ -36,8 +36,6 @@ Names and choices
   ``(6 - 1) / (12 - 1)`` = 45.5% with six sentences per sense, since the
   item's own sense has one fewer candidate left.)
 """
-import importlib
-import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -221,28 +219,17 @@ def format_table(rows: List[Dict], per_word: bool = False) -> str:
 
 
 # ------------------------------------------------------------ loading
-def load_bilm(weights: Optional[Path] = None, options: Optional[Path] = None):
-    """The biLM for the command line: ``weights`` + ``options`` (options
-    default: ``options.json`` beside the weights); without weights, the
-    shipped default from ``spacy_elmo.hub.default_bilm()`` when this install
-    has one."""
-    if weights is not None:
-        from .bilm import BiLM
+def load_bilm(weights=None, options=None):
+    """The biLM for the command line: like ``embed``, ``weights`` is a model
+    name, a directory, a weights file or a URL (see :mod:`spacy_elmo.hub`),
+    ``options`` optional beside it; no weights: the shipped English model."""
+    from .bilm import BiLM
 
-        if options is None:
-            options = Path(weights).with_name("options.json")
-            if not options.exists():
-                raise ValueError(f"no --options given and no {options} beside the weights")
-        return BiLM.from_hdf5(weights, options).eval()
-    if options is not None:
+    if options is not None and weights is None:
         raise ValueError("--options needs --weights")
-    default = None
-    if importlib.util.find_spec(f"{__package__}.hub") is not None:
-        default = getattr(importlib.import_module(f"{__package__}.hub"), "default_bilm", None)
-    if default is None:
-        raise ValueError("no --weights given and this install has no default model (spacy_elmo.hub.default_bilm); pass --weights and --options")
-    model = default()
-    return model.eval() if hasattr(model, "eval") else model
+    return BiLM.from_pretrained(
+        None if weights is None else str(weights), None if options is None else str(options)
+    ).eval()
 
 
 # ------------------------------------------------------------ commands

@@ -1,6 +1,5 @@
 """Word senses: contextual nearest neighbours and the 1-NN sense evaluation
 (mechanics on the random-weights fixture biLM and on a stub)."""
-import importlib.machinery
 import json
 import sys
 import types
@@ -136,16 +135,20 @@ def test_sense_eval_detects_separation():
     assert by_layer[1]["per_word"] == {"bank": 1.0, "bat": 1.0}
 
 
-def test_load_bilm_default(monkeypatch, parity_paths):
-    hub = types.ModuleType("spacy_elmo.hub")
-    hub.__spec__ = importlib.machinery.ModuleSpec("spacy_elmo.hub", None)
-    monkeypatch.setitem(sys.modules, "spacy_elmo.hub", hub)
-    with pytest.raises(ValueError, match="no default model"):
-        load_bilm()
-    stub = NextWordStub()
-    hub.default_bilm = lambda: stub
-    assert load_bilm() is stub
+def test_load_bilm_takes_what_embed_takes(monkeypatch, parity_paths, tmp_path):
+    from spacy_elmo import hub
+
     assert isinstance(load_bilm(parity_paths[0]), BiLM)  # options.json beside the weights
+    assert isinstance(load_bilm(parity_paths[0].parent), BiLM)  # a model directory
+    # No weights: the shipped model (here a stand-in directory).
+    shipped = tmp_path / "english"
+    shipped.mkdir()
+    for path, name in zip(parity_paths, ("weights.hdf5", "options.json")):
+        (shipped / name).write_bytes(path.read_bytes())
+    monkeypatch.setattr(hub, "SHIPPED_MODEL_DIR", shipped)
+    assert load_bilm().options.to_dict() == BiLM.from_hdf5(*parity_paths).options.to_dict()
+    with pytest.raises(ValueError, match="--options needs --weights"):
+        load_bilm(options=parity_paths[1])
 
 
 def test_cli(tmp_path, parity_paths, monkeypatch):
