@@ -1,8 +1,6 @@
 """Word senses: contextual nearest neighbours and the 1-NN sense evaluation
 (mechanics on the random-weights fixture biLM and on a stub)."""
 import json
-import sys
-import types
 import zlib
 from collections import Counter
 
