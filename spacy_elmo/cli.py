@@ -144,6 +144,11 @@ def pretrain(
             f"{d['dev_ppl_backward']:.2f}, mean {d['dev_ppl']:.2f} (unigram {summary['unigram_dev_ppl']:.2f}); "
             f"exported to {output}/export"
         )
+    else:
+        typer.echo(
+            f"step {summary['step']}: done, exported to {output}/export; no held-out perplexity: no held-out "
+            "text (--dev-fraction 0, or too few windows to hold any out: give --dev FILE, or more text)"
+        )
 
 
 @app.command()

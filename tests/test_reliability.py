@@ -274,3 +274,153 @@ def test_bad_token_cache_size_fails_at_construction():
     for value in ("abc", -1, 10**12, 1.5, True):
         with pytest.raises(ValueError, match="token_cache_size must be an integer"):
             BiLM(small_options(), token_cache_size=value)
+
+
+# ------------------------------------------------------- 4./5./6. pretraining
+from pretrain_helpers import tiny_config, write_corpus, write_options  # noqa: E402
+
+from spacy_elmo.pretrain import PretrainError, load_checkpoint, pretrain  # noqa: E402
+from spacy_elmo.pretrain.trainer import read_log  # noqa: E402
+
+
+def _checkpoint_of(tmp_path, corpus, **settings):
+    config = tiny_config(tmp_path, corpus, max_steps=2, **settings)
+    pretrain(config, progress=False)
+    return config
+
+
+def _resume_with_more_steps(tmp_path, corpus, **settings):
+    # A constant schedule may be resumed with more steps.
+    return tiny_config(tmp_path, corpus, max_steps=4, schedule="constant", **settings)
+
+
+def test_resume_refuses_a_changed_corpus_with_the_same_vocabulary_size(tmp_path, one_torch_thread):
+    corpus = write_corpus(tmp_path, 60)
+    _checkpoint_of(tmp_path, corpus, schedule="constant")
+    vocab_before = (tmp_path / "out" / "vocab.txt").read_text()
+    # Rename one word everywhere: the same number of words, other ids.
+    corpus.write_text(corpus.read_text().replace("apple", "pear"))
+    with pytest.raises(PretrainError, match="the training corpus changed since the checkpoint"):
+        pretrain(_resume_with_more_steps(tmp_path, corpus), resume=True, progress=False)
+    assert (tmp_path / "out" / "vocab.txt").read_text() == vocab_before  # nothing overwritten
+    # A checkpoint from before the fingerprint was stored: the vocabulary catches it.
+    path = tmp_path / "out" / "checkpoints" / "last.pt"
+    state = load_checkpoint(path)
+    del state["corpus_sha256"]
+    torch.save(state, path)
+    with pytest.raises(PretrainError, match=r"the vocabulary differs from the checkpoint's \((\d+) -> \1 words"):
+        pretrain(_resume_with_more_steps(tmp_path, corpus), resume=True, progress=False)
+
+
+def test_resume_refuses_changed_options_at_the_same_path(tmp_path, one_torch_thread):
+    corpus = write_corpus(tmp_path, 60)
+    _checkpoint_of(tmp_path, corpus, schedule="constant")
+    config = _resume_with_more_steps(tmp_path, corpus)
+    write_options(tmp_path, **{"lstm.dim": 32})  # same path, other contents
+    with pytest.raises(PretrainError, match=r"biLM options differ from the checkpoint's \(lstm\.dim: 16 -> 32\)"):
+        pretrain(config, resume=True, progress=False)
+
+
+def test_resume_refuses_a_vocabulary_of_another_size(tmp_path, one_torch_thread):
+    from spacy_elmo.pretrain import Vocab, read_corpus
+
+    corpus = write_corpus(tmp_path, 60)
+    vocab = Vocab.build(read_corpus([corpus]).word_counts())
+    vocab.to_file(tmp_path / "vocab.txt")
+    _checkpoint_of(tmp_path, corpus, schedule="constant", vocab=str(tmp_path / "vocab.txt"))
+    Vocab(vocab.words[:-3]).to_file(tmp_path / "vocab.txt")  # same path, three words fewer
+    n = len(vocab)
+    with pytest.raises(PretrainError, match=rf"vocabulary differs from the checkpoint's \({n} -> {n - 3} words"):
+        pretrain(_resume_with_more_steps(tmp_path, corpus, vocab=str(tmp_path / "vocab.txt")), resume=True, progress=False)
+
+
+def test_resume_reports_the_changes_it_allows(tmp_path, one_torch_thread, caplog):
+    import logging
+
+    corpus = write_corpus(tmp_path, 60)
+    _checkpoint_of(tmp_path, corpus, schedule="constant")
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    (moved / "train.txt").write_text(corpus.read_text())  # the same text elsewhere
+    with caplog.at_level(logging.WARNING, logger="spacy_elmo.pretrain.trainer"):
+        summary = pretrain(_resume_with_more_steps(tmp_path, moved / "train.txt", log_every=2), resume=True, progress=False)
+    assert summary["step"] == 4
+    text = caplog.text
+    assert "resuming with changed settings" in text and "max_steps: 2 -> 4" in text
+    assert "train:" in text and "log_every: 1 -> 2" in text
+
+
+def test_corpus_that_is_a_device_is_not_reported_as_missing(tmp_path, one_torch_thread):
+    with pytest.raises(PretrainError, match=r"/dev/zero is not a regular file or directory \(a device"):
+        pretrain(tiny_config(tmp_path, Path("/dev/zero")), progress=False)
+
+
+def test_unwritable_output_is_found_before_the_corpus_is_read(tmp_path, monkeypatch, one_torch_thread):
+    from spacy_elmo.pretrain import trainer
+
+    def read_corpus(*args, **kwargs):
+        raise AssertionError("the corpus was read before the output was checked")
+
+    monkeypatch.setattr(trainer, "read_corpus", read_corpus)
+    (tmp_path / "a_file").write_text("not a directory")
+    corpus = write_corpus(tmp_path, 20)
+    with pytest.raises(PretrainError, match=r"cannot write to the output directory .*a_file/out.*choose a writable --output"):
+        pretrain(tiny_config(tmp_path, corpus, "a_file/out"), progress=False)
+    # A writable output is probed without leaving anything behind when the run fails.
+    with pytest.raises(AssertionError, match="the corpus was read"):
+        pretrain(tiny_config(tmp_path, corpus, "fresh/out"), progress=False)
+    assert not (tmp_path / "fresh").exists()
+
+
+def test_disk_full_while_checkpointing_is_a_clear_error_and_keeps_the_last_checkpoint(tmp_path, monkeypatch, one_torch_thread):
+    corpus = write_corpus(tmp_path, 60)
+    real_save = torch.save
+    calls = []
+
+    def save(obj, path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 2:  # the second checkpoint: the disk fills up half-way
+            Path(path).write_bytes(b"PK\x03\x04 partial")
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 4096 vs 2048")
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save)
+    config = tiny_config(tmp_path, corpus, max_steps=6, checkpoint_every=2)
+    last = tmp_path / "out" / "checkpoints" / "last.pt"
+    with pytest.raises(PretrainError, match=r"cannot write the checkpoint .*last\.pt \(RuntimeError: .*inline_container.*\); the previous checkpoint .*last\.pt is intact\. Free disk space"):
+        pretrain(config, progress=False)
+    assert load_checkpoint(last)["step"] == 2
+    assert not (last.parent / "last.pt.tmp").exists()
+
+
+def test_one_word_corpus_ends_with_a_final_message(tmp_path, one_torch_thread):
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    (tmp_path / "one.txt").write_text("hello\n")
+    result = CliRunner().invoke(app, [
+        "pretrain", str(tmp_path / "one.txt"), "--output", str(tmp_path / "run"), "--options", str(write_options(tmp_path)),
+        "--max-steps", "2", "--no-progress", "--threads", "1",
+    ])
+    assert result.exit_code == 0, result.output
+    assert "step 2: done" in result.output and "no held-out perplexity" in result.output and "--dev" in result.output
+
+
+def test_log_and_learning_curve_show_each_step_once_after_a_resume(tmp_path, one_torch_thread):
+    corpus = write_corpus(tmp_path, 60)
+    config = tiny_config(tmp_path, corpus, max_steps=8, checkpoint_every=3, eval_every=2)
+
+    def crash_at_5(step, info):  # steps 4 and 5 are lost: the checkpoint is at 3
+        if step == 5:
+            raise KeyboardInterrupt("killed")
+
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(config, progress=False, callback=crash_at_5)
+    assert [r["step"] for r in read_log(tmp_path / "out" / "log.jsonl") if r["event"] == "train"] == [1, 2, 3, 4, 5]
+    pretrain(config, resume=True, progress=False)
+    records = read_log(tmp_path / "out" / "log.jsonl")
+    assert [r["step"] for r in records if r["event"] == "train"] == list(range(1, 9))
+    assert [r["step"] for r in records if r["event"] == "eval"] == [2, 4, 6, 8]
+    assert [r["event"] for r in records].count("resume") == 1
+    assert (tmp_path / "out" / "learning_curve.png").exists()
