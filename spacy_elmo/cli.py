@@ -26,7 +26,11 @@ def embed(
 
     from .bilm import BiLM
 
-    model = BiLM.from_hdf5(weights, options).eval()
+    try:
+        model = BiLM.from_hdf5(weights, options).eval()
+    except ValueError as err:  # OptionsError, WeightFileError: they name the file and the problem
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2)
     text = input_path.read_text(encoding="utf-8") if input_path else sys.stdin.read()
     sentences = [line.split() for line in text.splitlines()]
     embeddings = model.embed_sentences(sentences, batch_size=batch_size)

@@ -424,3 +424,13 @@ def test_log_and_learning_curve_show_each_step_once_after_a_resume(tmp_path, one
     assert [r["step"] for r in records if r["event"] == "eval"] == [2, 4, 6, 8]
     assert [r["event"] for r in records].count("resume") == 1
     assert (tmp_path / "out" / "learning_curve.png").exists()
+
+
+def test_embed_command_reports_bad_files_without_a_traceback(tmp_path):
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    random_model(0).to_hdf5(tmp_path / "w.hdf5", tmp_path / "o.json")
+    result = CliRunner().invoke(app, ["embed", str(tmp_path / "w.hdf5"), str(tmp_path)], input="a b\n")
+    assert result.exit_code == 2 and "is a directory" in result.output
