@@ -33,7 +33,7 @@ def embed(
 
     try:
         model = BiLM.from_pretrained(weights, options).eval()
-    except (ValueError, DownloadError) as err:
+    except (ValueError, DownloadError) as err:  # OptionsError, WeightFileError name the file and the problem
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2)
     text = input_path.read_text(encoding="utf-8") if input_path else sys.stdin.read()
@@ -181,6 +181,11 @@ def pretrain(
             f"step {summary['step']}: held-out perplexity forward {d['dev_ppl_forward']:.2f}, backward "
             f"{d['dev_ppl_backward']:.2f}, mean {d['dev_ppl']:.2f} (unigram {summary['unigram_dev_ppl']:.2f}); "
             f"exported to {output}/export"
+        )
+    else:
+        typer.echo(
+            f"step {summary['step']}: done, exported to {output}/export; no held-out perplexity: no held-out "
+            "text (--dev-fraction 0, or too few windows to hold any out: give --dev FILE, or more text)"
         )
 
 

@@ -303,7 +303,14 @@ class Elmo(TrainablePipe):
         super().to_disk(path, exclude=exclude)
 
     def from_disk(self, path, *, exclude=tuple()):
-        super().from_disk(path, exclude=exclude)
+        from .bilm import OptionsError, WeightFileError
+
+        try:
+            super().from_disk(path, exclude=exclude)
+        except (OptionsError, WeightFileError) as err:
+            # The biLM's reader sees bytes only: name the file here.
+            err.args = (f"{Path(path) / 'model'}: {err}",) + err.args[1:]
+            raise
         for listener in self.listeners:
             if has_bilm(self.model):
                 self._set_listener_dims(listener)

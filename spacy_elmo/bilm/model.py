@@ -12,7 +12,7 @@ from .chars import batch_to_char_ids
 from .int8 import int8_supported
 from .lstm import BiProjectedLSTMLayer, State
 from .options import BiLMOptions
-from .token_cache import TokenCache, TypeProductCache, type_keys
+from .token_cache import ThreadLock, TokenCache, TypeProductCache, type_keys
 from .token_encoder import CharCNNEncoder
 
 PathLike = Union[str, Path]
@@ -44,6 +44,22 @@ def reverse_index(lengths: torch.Tensor, n_steps: int) -> torch.Tensor:
     return torch.where(steps < lengths, lengths - 1 - steps, steps)
 
 
+#: Largest word-type cache (entries): 20x the default 50,000; at the
+#: original shape an entry is 2 KiB, so 2 GiB when full.
+MAX_TOKEN_CACHE_SIZE = 1_000_000
+
+
+def check_token_cache_size(value: Any) -> int:
+    """``value`` if it is a valid ``token_cache_size`` (an integer in [0,
+    :data:`MAX_TOKEN_CACHE_SIZE`]), else a ValueError that says so."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKEN_CACHE_SIZE:
+        raise ValueError(
+            f"token_cache_size must be an integer in [0, {MAX_TOKEN_CACHE_SIZE}] (0 turns the word-type "
+            f"cache off), found {value!r}"
+        )
+    return value
+
+
 class BiLM(nn.Module):
     """ELMo's bidirectional language model (Peters et al. 2018), inference side.
 
@@ -72,11 +88,15 @@ class BiLM(nn.Module):
         super().__init__()
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), found {dropout}")
+        check_token_cache_size(token_cache_size)
         #: Dropout on the input of every LSTM layer, in training mode only
         #: (bilm-tf's DropoutWrapper on the cell inputs). Inference ignores it.
         self.dropout = dropout
         if isinstance(options, dict):
             options = BiLMOptions.from_dict(options)
+        if not isinstance(options, BiLMOptions):
+            raise TypeError(f"options must be a BiLMOptions or an options dict, found {type(options).__name__}")
+        options.validate()  # again: its fields may have changed since it was made
         self.options = options
         self.token_encoder = CharCNNEncoder(options)
         self.layers = nn.ModuleList(
@@ -101,6 +121,8 @@ class BiLM(nn.Module):
         self.type_product_cache = TypeProductCache()
         self.precision = "fp32"
         self._states: Optional[List[State]] = None
+        #: Serializes calls in stateful mode only (see :meth:`forward`).
+        self._stateful_lock = ThreadLock()
 
     # ------------------------------------------------------------------ info
     PRECISIONS = ("fp32", "bf16", "int8")
@@ -155,11 +177,16 @@ class BiLM(nn.Module):
     # ------------------------------------------------------------ weights io
     @classmethod
     def from_hdf5(cls, weights_path: PathLike, options_path: PathLike, **kwargs) -> "BiLM":
-        """Load a biLM in the published bilm-tf/AllenNLP format."""
-        from .weights import load_hdf5
+        """Load a biLM in the published bilm-tf/AllenNLP format. The options
+        are validated and the weight file read and checked against them
+        before the model is allocated, so a bad pair costs no more memory
+        than the file holds."""
+        from .weights import load_hdf5, read_datasets
 
-        model = cls(BiLMOptions.from_file(options_path), **kwargs)
-        load_hdf5(model, weights_path)
+        options = BiLMOptions.from_file(options_path)
+        arrays = read_datasets(weights_path, options)
+        model = cls(options, **kwargs)
+        load_hdf5(model, weights_path, arrays)
         return model
 
     @classmethod
@@ -240,8 +267,9 @@ class BiLM(nn.Module):
         dtype = self._compute_dtype
         with torch.autocast(unique.device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
             if use_cache:
-                self.token_cache.check(self.token_encoder, self._precision)
-                encoded = self.token_cache.encode(self.token_encoder, unique, keys)
+                with self.token_cache.lock:  # check and fill as one step for concurrent calls
+                    self.token_cache.check(self.token_encoder, self._precision)
+                    encoded = self.token_cache.encode(self.token_encoder, unique, keys)
             else:
                 encoded = self.token_encoder(unique)
         weight = self.token_encoder.char_embedding.weight
@@ -267,21 +295,21 @@ class BiLM(nn.Module):
             or not (int8 or first.use_packed_weights(encoded.unsqueeze(0), self._compute_dtype))
         ):
             return None
-        cached = None
-        if keys is not None:  # (a cache that is off frees itself and returns None)
-            self.type_product_cache.check([self.token_encoder, first], self._precision)
-            cached = self.type_product_cache.lookup(
-                keys,
-                4 * first.cell_dim,
-                encoded,
-                lambda index: first.type_input_products(encoded.index_select(0, index), int8=int8),
-            )
-        if cached is None:
-            per_type = first.type_input_products(encoded, int8=int8)
-        else:
-            per_type, rows = cached
-            inverse = rows[inverse]
         positions = [inverse.t(), inverse.gather(1, rev).t()]  # forward, backward (T, B)
+        if keys is not None:  # (a cache that is off frees itself and returns None)
+            cache = self.type_product_cache
+            with cache.lock:  # check and lookup as one step for concurrent calls
+                cache.check([self.token_encoder, first], self._precision)
+                cached = cache.lookup(
+                    keys,
+                    4 * first.cell_dim,
+                    encoded,
+                    lambda index: first.type_input_products(encoded.index_select(0, index), int8=int8),
+                    positions,
+                )
+            if cached is not None:
+                return cached
+        per_type = first.type_input_products(encoded, int8=int8)
         return [
             products.index_select(0, index.reshape(-1)).view(*index.shape, -1)
             for products, index in zip(per_type, positions)
@@ -303,6 +331,18 @@ class BiLM(nn.Module):
         return sum(bounds) if self.options.use_skip_connections else bounds[-1]
 
     def forward(self, char_ids: torch.Tensor) -> BiLMOutput:
+        """Concurrent calls (threads sharing one biLM, e.g. a server running
+        one pipeline) give the same outputs as sequential calls: the
+        word-type and packed-weight caches are consulted under their locks
+        (:mod:`.token_cache`). In stateful mode, where a call reads the
+        state the previous call left, whole calls run one at a time (their
+        order is then the threads' order, so use one thread to replay)."""
+        if self.stateful:
+            with self._stateful_lock:
+                return self._forward(char_ids)
+        return self._forward(char_ids)
+
+    def _forward(self, char_ids: torch.Tensor) -> BiLMOutput:
         if char_ids.dim() != 3:
             raise ValueError(f"char_ids must be (batch, tokens, chars), found shape {tuple(char_ids.shape)}")
         if self._precision == "int8" and char_ids.device.type != "cpu":

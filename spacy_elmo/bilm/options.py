@@ -3,9 +3,23 @@
 The file is bilm-tf's: a ``char_cnn`` block and an ``lstm`` block. Keys this
 package does not use (bilm-tf's training settings such as ``n_tokens_vocab``
 or ``unroll_steps``) are kept and written back unchanged on export.
+
+**Validation before allocation.** Every options object, however it is made
+(``BiLMOptions(...)``, :meth:`BiLMOptions.from_dict`, an options file, or a
+saved pipeline through ``spacy.load``/``from_bytes``), is checked before any
+tensor is allocated: the type of every field, finiteness of the clips, the
+bounds in :data:`LIMITS`, and the parameter count against
+:data:`MAX_PARAMETERS`. A failure is one :class:`OptionsError` that names
+each bad field by its JSON path (``lstm.dim``). The bounds cover every
+published ELMo (small, medium, original, 5.5B) with a wide margin (the
+largest published value in the comments below); they exist so that a
+crafted or mistyped options file is refused at once instead of asking the
+allocator for gigabytes (see docs/reliability.md).
 """
 import copy
 import json
+import math
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -14,9 +28,60 @@ from .chars import MAX_CHARS, N_CHARACTERS
 
 ACTIVATIONS = ("relu", "tanh")
 
+#: Inclusive (min, max) of each integer field. Largest published value
+#: (the original and 5.5B models) in the comment; every bound is 8x or more.
+LIMITS: Dict[str, Tuple[int, int]] = {
+    "char_embedding_dim": (1, 1024),  # 16
+    "n_highway": (0, 16),  # 2
+    "max_characters_per_token": (3, 1024),  # 50 (3: the word start and end marks + 1 byte)
+    "lstm_dim": (1, 65_536),  # 4096
+    "projection_dim": (1, 16_384),  # 512
+    "n_layers": (1, 16),  # 2
+}
+#: At most this many filter widths (``char_cnn.filters`` entries; published: 7)...
+MAX_FILTER_ENTRIES = 64
+#: ... each at most this many filters (published: 1024) ...
+MAX_FILTERS_PER_WIDTH = 16_384
+#: ... and at most this many in all (published: 2048).
+MAX_FILTERS_TOTAL = 65_536
+#: Parameters of the biLM (4 GB in float32), about 10x the largest published
+#: ELMo (the original and 5.5B shapes: 93.6 million).
+MAX_PARAMETERS = 1_000_000_000
+
+#: The JSON path of each field, for messages.
+JSON_PATHS = {
+    "char_embedding_dim": "char_cnn.embedding.dim",
+    "filters": "char_cnn.filters",
+    "n_highway": "char_cnn.n_highway",
+    "activation": "char_cnn.activation",
+    "max_characters_per_token": "char_cnn.max_characters_per_token",
+    "n_characters": "char_cnn.n_characters",
+    "lstm_dim": "lstm.dim",
+    "projection_dim": "lstm.projection_dim",
+    "n_layers": "lstm.n_layers",
+    "cell_clip": "lstm.cell_clip",
+    "proj_clip": "lstm.proj_clip",
+    "use_skip_connections": "lstm.use_skip_connections",
+}
+
 
 class OptionsError(ValueError):
-    """The options JSON is missing a field or holds a value we cannot use."""
+    """The options JSON is missing a field or holds a value we cannot use.
+
+    ``fields``: the JSON paths of the offending fields (e.g. ``["lstm.dim"]``),
+    where known."""
+
+    def __init__(self, message: str, fields: Optional[List[str]] = None) -> None:
+        super().__init__(message)
+        self.fields = list(fields or [])
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _get(block: Dict[str, Any], path: str, name: str, kind, default=...):
@@ -24,15 +89,30 @@ def _get(block: Dict[str, Any], path: str, name: str, kind, default=...):
     value = block.get(name)
     if value is None:
         if default is ...:
-            raise OptionsError(f"options: missing field '{path}{name}'")
+            raise OptionsError(f"options: missing field '{path}{name}'", [path + name])
         return default
     if kind is int and isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise OptionsError(
-            f"options: field '{path}{name}' must be {kind.__name__}, found {value!r}"
+            f"options: field '{path}{name}' must be {kind.__name__}, found {value!r}", [path + name]
         )
     return value
+
+
+def parameter_count(options: "BiLMOptions") -> int:
+    """The number of parameters of a :class:`~spacy_elmo.BiLM` with these
+    options, computed from the sizes alone (nothing is allocated)."""
+    o = options
+    F, P, C = o.n_filters, o.projection_dim, o.lstm_dim
+    count = N_CHARACTERS * o.char_embedding_dim
+    count += sum(width * o.char_embedding_dim * num + num for width, num in o.filters)
+    count += o.n_highway * (F * 2 * F + 2 * F)
+    if o.has_projection:
+        count += F * P + P
+    # Per layer and direction: W_ih (4C x P), W_hh (4C x P), bias (4C), W_P (P x C).
+    count += o.n_layers * 2 * (2 * 4 * C * P + 4 * C + P * C)
+    return count
 
 
 @dataclass
@@ -56,33 +136,91 @@ class BiLMOptions:
     extra: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.filters = [tuple(f) for f in self.filters]  # type: ignore[misc]
-        problems = []
-        for name in ("char_embedding_dim", "lstm_dim", "projection_dim", "n_layers"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be >= 1, found {getattr(self, name)}")
-        if self.n_highway < 0:
-            problems.append(f"n_highway must be >= 0, found {self.n_highway}")
-        if not self.filters:
-            problems.append("char_cnn.filters must not be empty")
-        for width, num in self.filters:
-            if width < 1 or num < 1:
-                problems.append(f"filter [{width}, {num}] must have width and count >= 1")
-            if width > self.max_characters_per_token:
-                problems.append(
-                    f"filter width {width} exceeds max_characters_per_token "
-                    f"{self.max_characters_per_token}"
-                )
-        if self.activation not in ACTIVATIONS:
-            problems.append(f"char_cnn.activation must be one of {ACTIVATIONS}, found {self.activation!r}")
-        if self.n_characters not in (261, 262):
-            problems.append(f"char_cnn.n_characters must be 261 or 262, found {self.n_characters}")
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every field (types, finiteness, bounds, parameter count),
+        as :class:`~spacy_elmo.BiLM` does again before it allocates anything
+        (the fields may have been changed since); raise one
+        :class:`OptionsError` naming the bad fields."""
+        problems: List[str] = []
+        bad: List[str] = []
+
+        def problem(name: str, text: str) -> None:
+            path = JSON_PATHS.get(name, name)
+            problems.append(f"{path} {text}")
+            if path not in bad:
+                bad.append(path)
+
+        for name, (low, high) in LIMITS.items():
+            value = getattr(self, name)
+            if not _is_int(value):
+                problem(name, f"must be an integer, found {value!r}")
+            elif not low <= value <= high:
+                problem(name, f"must be in [{low}, {high}], found {value}")
+            else:
+                setattr(self, name, int(value))
+        if not _is_int(self.n_characters) or self.n_characters not in (261, 262):
+            problem("n_characters", f"must be 261 or 262, found {self.n_characters!r}")
+        if not isinstance(self.activation, str) or self.activation not in ACTIVATIONS:
+            problem("activation", f"must be one of {ACTIVATIONS}, found {self.activation!r}")
+        if not isinstance(self.use_skip_connections, bool):
+            problem("use_skip_connections", f"must be true or false, found {self.use_skip_connections!r}")
         for name in ("cell_clip", "proj_clip"):
             value = getattr(self, name)
-            if value is not None and value <= 0:
-                problems.append(f"lstm.{name} must be > 0 or absent, found {value}")
+            if value is None:
+                continue
+            if not _is_real(value):
+                problem(name, f"must be a number or absent, found {value!r}")
+            elif not math.isfinite(value) or value <= 0:
+                problem(name, f"must be a finite number > 0 or absent (no clipping), found {value}")
+            else:
+                setattr(self, name, float(value))
+        if not isinstance(self.extra, dict):
+            problem("extra", f"must be a dict, found {type(self.extra).__name__}")
+        self._check_filters(problem)
         if problems:
-            raise OptionsError("invalid options: " + "; ".join(problems))
+            raise OptionsError("invalid options: " + "; ".join(problems), bad)
+        count = parameter_count(self)
+        if count > MAX_PARAMETERS:
+            raise OptionsError(
+                f"invalid options: the biLM would have {count:,} parameters, more than the limit of "
+                f"{MAX_PARAMETERS:,} (about 10x the largest published ELMo); check lstm.dim, "
+                "lstm.projection_dim, lstm.n_layers, char_cnn.filters and char_cnn.n_highway",
+                ["lstm.dim", "lstm.projection_dim", "lstm.n_layers", "char_cnn.filters", "char_cnn.n_highway"],
+            )
+
+    def _check_filters(self, problem) -> None:
+        filters = self.filters
+        if not isinstance(filters, (list, tuple)):
+            problem("filters", f"must be a list of [width, count] pairs, found {filters!r}")
+            return
+        if not filters:
+            problem("filters", "must not be empty")
+            return
+        if len(filters) > MAX_FILTER_ENTRIES:
+            problem("filters", f"must have at most {MAX_FILTER_ENTRIES} entries, found {len(filters)}")
+            return
+        checked = []
+        for f in filters:
+            if not (isinstance(f, (list, tuple)) and len(f) == 2 and all(_is_int(v) for v in f)):
+                problem("filters", f"entries must be [width, count] integer pairs, found {f!r}")
+                return
+            width, num = int(f[0]), int(f[1])
+            if width < 1 or num < 1:
+                problem("filters", f"entry [{width}, {num}] must have width and count >= 1")
+            elif num > MAX_FILTERS_PER_WIDTH:
+                problem("filters", f"entry [{width}, {num}] has more than {MAX_FILTERS_PER_WIDTH} filters")
+            elif _is_int(self.max_characters_per_token) and width > self.max_characters_per_token:
+                problem(
+                    "filters",
+                    f"width {width} exceeds char_cnn.max_characters_per_token {self.max_characters_per_token}",
+                )
+            checked.append((width, num))
+        total = sum(num for _, num in checked)
+        if total > MAX_FILTERS_TOTAL:
+            problem("filters", f"hold {total} filters in all, more than {MAX_FILTERS_TOTAL}")
+        self.filters = checked  # type: ignore[assignment]
 
     @property
     def n_filters(self) -> int:
@@ -107,14 +245,16 @@ class BiLMOptions:
         lstm = _get(data, "", "lstm", dict)
         filters = _get(cnn, "char_cnn.", "filters", list)
         for f in filters:
-            if not (isinstance(f, (list, tuple)) and len(f) == 2 and all(isinstance(v, int) for v in f)):
-                raise OptionsError(f"options: char_cnn.filters entries must be [width, count], found {f!r}")
+            if not (isinstance(f, (list, tuple)) and len(f) == 2 and all(_is_int(v) for v in f)):
+                raise OptionsError(
+                    f"options: char_cnn.filters entries must be [width, count], found {f!r}", ["char_cnn.filters"]
+                )
         embedding = _get(cnn, "char_cnn.", "embedding", dict)
         clip = {}
         for name in ("cell_clip", "proj_clip"):
             value = lstm.get(name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise OptionsError(f"options: field 'lstm.{name}' must be a number, found {value!r}")
+                raise OptionsError(f"options: field 'lstm.{name}' must be a number, found {value!r}", [f"lstm.{name}"])
             clip[name] = None if value is None else float(value)
         options = cls(
             char_embedding_dim=_get(embedding, "char_cnn.embedding.", "dim", int),
@@ -159,20 +299,40 @@ class BiLMOptions:
                 lstm[name] = int(value) if float(value).is_integer() else value
         return data
 
+    #: An options file is about 500 bytes; larger files are refused unread.
+    MAX_FILE_BYTES = 1 << 20
+
     @classmethod
     def from_file(cls, path: Union[str, Path]) -> "BiLMOptions":
         path = Path(path)
+        if path.is_dir():
+            raise OptionsError(f"options path {path} is a directory; give the options JSON file inside it")
+        if path.exists() and not path.is_file():
+            raise OptionsError(f"options path {path} is not a regular file (a device, FIFO or socket); give the options JSON file")
         try:
-            text = path.read_text(encoding="utf-8")
+            with open(path, "rb") as fin:
+                raw = fin.read(cls.MAX_FILE_BYTES + 1)
         except FileNotFoundError:
             raise OptionsError(f"options file not found: {path}") from None
+        except OSError as err:
+            raise OptionsError(f"cannot read the options file {path}: {err.strerror or err}") from None
+        if len(raw) > cls.MAX_FILE_BYTES:
+            raise OptionsError(
+                f"options file {path} is larger than {cls.MAX_FILE_BYTES} bytes; an options JSON is about "
+                "500 bytes: is this the right file?"
+            )
+        try:
+            text = raw.decode("utf-8")
         except UnicodeDecodeError as err:
             raise OptionsError(f"options file {path} is not UTF-8 JSON: {err}") from None
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as err:
+        except (json.JSONDecodeError, RecursionError) as err:
             raise OptionsError(f"options file {path} is not valid JSON: {err}") from None
-        return cls.from_dict(data)
+        try:
+            return cls.from_dict(data)
+        except OptionsError as err:
+            raise OptionsError(f"options file {path}: {err}", err.fields) from None
 
     def to_file(self, path: Union[str, Path]) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")

@@ -29,6 +29,8 @@ from typing import Dict, Iterable, Optional, Tuple
 import torch
 from torch import nn
 
+from .token_cache import ThreadLock
+
 
 def _stamp(params: Iterable[torch.Tensor]) -> Tuple:
     return tuple((p.data_ptr(), p._version, p.device) for p in params)
@@ -84,11 +86,17 @@ class PackCache:
     """Packed weights of a module (oneDNN fp32 here, int8 in
     :class:`.int8.Int8Cache`), remade when any of its parameters changes or
     ``key`` differs; empty again in copies and pickles (packed tensors
-    cannot be copied)."""
+    cannot be copied).
+
+    Safe under concurrent calls: the check and the rebuild run under a lock,
+    so a call never sees packs of another stamp than it asked for, and
+    concurrent first calls build them once. The packs themselves are only
+    read once built (oneDNN's packed products do not write to them)."""
 
     def __init__(self) -> None:
         self._stamp: Optional[Tuple] = None
         self._packs: Dict[str, object] = {}
+        self._lock = ThreadLock()
 
     def __deepcopy__(self, memo) -> "PackCache":
         return type(self)()
@@ -96,16 +104,20 @@ class PackCache:
     def __getstate__(self) -> Dict:
         return {"_stamp": None, "_packs": {}}
 
+    def __setstate__(self, state: Dict) -> None:
+        self.__init__()  # type: ignore[misc]
+
     def _check(self) -> None:
         """Raise if this kind of packing cannot run here."""
 
     def get(self, module: nn.Module, build, key=None) -> Dict[str, object]:
         stamp = (key,) + _stamp(module.parameters())
-        if stamp != self._stamp:
-            self._check()
-            self._packs = build(module)
-            self._stamp = stamp
-        return self._packs
+        with self._lock:
+            if stamp != self._stamp:
+                self._check()
+                self._packs = build(module)
+                self._stamp = stamp
+            return self._packs
 
 
 @lru_cache(maxsize=None)

@@ -15,13 +15,51 @@ It is exact and safe by construction:
 * it is keyed by the token's char ids, so an unseen word is simply computed;
 * it empties itself whenever the encoder's parameters change (in-place
   updates bump their version counters, ``.to()`` moves their storage) or the
-  dtype/device of the computation changes.
+  dtype/device of the computation changes;
+* it is safe under concurrent calls (several threads running one pipeline,
+  as a server does): every read and update of a cache happens under that
+  cache's lock (:class:`ThreadLock`), so each call gets the same values as a
+  sequential run (tested with threads in ``tests/test_reliability.py``).
+
+Why a lock per cache and not per-thread caches: per-thread copies would
+multiply the memory (the product cache's slabs are 128 MiB when on) and
+lose the hits across threads that a server wants. The lock is held only
+while a cache is consulted and filled (the char-CNN of the missing words,
+the first layer's products of the missing types, and the gather of the
+cached rows), not during the LSTM recurrence, which is most of the time
+and runs in parallel.
 """
+import threading
 from collections import OrderedDict
 from typing import Callable, List, Optional, Tuple
 
 import numpy
 import torch
+
+
+class ThreadLock:
+    """A reentrant lock that copies and pickles as a fresh, unlocked lock
+    (``threading.RLock`` itself cannot be pickled, and a model holding one
+    must still pickle for ``nlp.pipe(n_process=N)`` and ``copy.deepcopy``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    def __enter__(self) -> "ThreadLock":
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+
+    def __deepcopy__(self, memo) -> "ThreadLock":
+        return type(self)()
+
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self._lock = threading.RLock()
 
 
 def type_keys(unique_ids: torch.Tensor) -> List[bytes]:
@@ -38,6 +76,8 @@ def _parameter_stamp(modules: List[torch.nn.Module]) -> Tuple:
 class TokenCache:
     def __init__(self, max_size: int = 50_000) -> None:
         self.max_size = max_size
+        #: Held while the cache is read or updated (see the module docstring).
+        self.lock = ThreadLock()
         self._entries: "OrderedDict[bytes, torch.Tensor]" = OrderedDict()
         self._stamp: Optional[Tuple] = None
         self.hits = 0
@@ -47,16 +87,18 @@ class TokenCache:
         return len(self._entries)
 
     def clear(self) -> None:
-        self._entries.clear()
-        self._stamp = None
+        with self.lock:
+            self._entries.clear()
+            self._stamp = None
 
     def check(self, module: torch.nn.Module, mode: str = "") -> None:
         """Empty the cache if ``module``'s parameters (their values, dtype or
         device) or the computation ``mode`` changed since last use."""
         stamp = (mode,) + _parameter_stamp([module])
-        if stamp != self._stamp:
-            self._entries.clear()
-            self._stamp = stamp
+        with self.lock:
+            if stamp != self._stamp:
+                self._entries.clear()
+                self._stamp = stamp
 
     def encode(
         self, module: torch.nn.Module, unique_ids: torch.Tensor, keys: Optional[List[bytes]] = None
@@ -65,6 +107,10 @@ class TokenCache:
         (``keys``: their :func:`type_keys`, when the caller has them)."""
         if keys is None:
             keys = type_keys(unique_ids)
+        with self.lock:
+            return self._encode(module, unique_ids, keys)
+
+    def _encode(self, module: torch.nn.Module, unique_ids: torch.Tensor, keys: List[bytes]) -> torch.Tensor:
         found: List[Optional[torch.Tensor]] = [self._entries.get(k) for k in keys]
         missing = [i for i, v in enumerate(found) if v is None]
         self.hits += len(keys) - len(missing)
@@ -112,6 +158,11 @@ class TypeProductCache:
 
     def __init__(self, max_bytes: int = 0) -> None:
         self.max_bytes = max_bytes
+        #: Held while the cache is read or updated, and while this call's
+        #: rows are gathered out of the shared slabs (a row handed out and
+        #: gathered later could meanwhile be given to another type by a
+        #: concurrent call; see the module docstring).
+        self.lock = ThreadLock()
         self._slots: "OrderedDict[bytes, int]" = OrderedDict()
         self._slabs: Optional[List[torch.Tensor]] = None
         self._stamp: Optional[Tuple] = None
@@ -129,21 +180,23 @@ class TypeProductCache:
 
     def clear(self) -> None:
         """Forget every entry and free the slabs."""
-        self._slots.clear()
-        self._slabs = None
-        self._stamp = None
+        with self.lock:
+            self._slots.clear()
+            self._slabs = None
+            self._stamp = None
 
     def check(self, modules: List[torch.nn.Module], mode: str = "") -> None:
         """Empty the cache if the parameters of ``modules`` or ``mode`` changed
         (or free it at once when it is off, ``max_bytes == 0``)."""
-        if self.max_bytes <= 0:
-            if self._slabs is not None or self._slots:
+        with self.lock:
+            if self.max_bytes <= 0:
+                if self._slabs is not None or self._slots:
+                    self.clear()
+                return
+            stamp = (mode, self.max_bytes) + _parameter_stamp(modules)
+            if stamp != self._stamp:
                 self.clear()
-            return
-        stamp = (mode, self.max_bytes) + _parameter_stamp(modules)
-        if stamp != self._stamp:
-            self.clear()
-            self._stamp = stamp
+                self._stamp = stamp
 
     def lookup(
         self,
@@ -151,15 +204,30 @@ class TypeProductCache:
         width: int,
         like: torch.Tensor,
         compute: Callable[[torch.Tensor], List[torch.Tensor]],
-    ) -> Optional[Tuple[List[torch.Tensor], torch.Tensor]]:
-        """The products of the word types ``keys``: the two slabs (forward,
-        backward; (capacity, ``width``) each) and each type's row in them
-        (U,). ``compute(index)`` gives the products (n, ``width``) per
-        direction of the types at ``index`` that are not cached. None (and
-        nothing computed) when the cache is off or ``keys`` do not fit."""
+        positions: List[torch.Tensor],
+    ) -> Optional[List[torch.Tensor]]:
+        """The products of the word types ``keys`` gathered into place: for
+        each direction, the rows of the types at ``positions[d]`` (type
+        indices into ``keys``, any shape S), as a new tensor (*S, ``width``).
+        ``compute(index)`` gives the products (n, ``width``) per direction
+        of the types at ``index`` that are not cached. None (and nothing
+        computed) when the cache is off or ``keys`` do not fit.
+
+        The gather happens under :attr:`lock`, so the result is this call's
+        own copy: the slabs never leave the cache."""
         capacity = self.max_bytes // (2 * width * like.element_size())
         if len(keys) == 0 or len(keys) > capacity:
             return None
+        with self.lock:
+            rows = self._rows(keys, width, like, compute, capacity)
+            return [
+                slab.index_select(0, rows[index].reshape(-1)).view(*index.shape, width)
+                for slab, index in zip(self._slabs, positions)  # type: ignore[arg-type]
+            ]
+
+    def _rows(self, keys, width, like, compute, capacity) -> torch.Tensor:
+        """Each type's row in the slabs (U,), computing and storing the
+        missing types' products (with :attr:`lock` held)."""
         if self._slabs is None or self._slabs[0].shape != (capacity, width):
             self._slots.clear()
             self._slabs = [like.new_empty(capacity, width) for _ in range(2)]
@@ -191,4 +259,4 @@ class TypeProductCache:
             for i, row in zip(missing, free):
                 rows[i] = row
                 self._slots[keys[i]] = row
-        return self._slabs, torch.tensor(rows, device=like.device)
+        return torch.tensor(rows, device=like.device)

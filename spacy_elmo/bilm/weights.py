@@ -17,12 +17,13 @@ Weights are right-multiplied (``x W``) as in TensorFlow; the forget gate's
 +1.0 is added at run time and never stored.
 """
 from pathlib import Path
-from typing import BinaryIO, Dict, Iterator, Tuple, Union
+from typing import BinaryIO, Dict, Iterator, Optional, Tuple, Union
 
 import numpy
 import torch
 
 from .lstm import BiProjectedLSTMLayer
+from .options import BiLMOptions
 
 PathLike = Union[str, Path]
 
@@ -45,9 +46,14 @@ def _torch_to_tf_gates(cell_dim: int) -> numpy.ndarray:
     return numpy.argsort(_tf_to_torch_gates(cell_dim))
 
 
+def _options(model_or_options) -> BiLMOptions:
+    return model_or_options if isinstance(model_or_options, BiLMOptions) else model_or_options.options
+
+
 def _layout(model) -> Iterator[Tuple[str, Tuple[int, ...]]]:
-    """Every dataset of the published format with its expected shape."""
-    o = model.options
+    """Every dataset of the published format with its expected shape
+    (``model``: a biLM or its options)."""
+    o = _options(model)
     yield "char_embed", (261, o.char_embedding_dim)
     for i, (width, num) in enumerate(o.filters):
         yield f"CNN/W_cnn_{i}", (1, width, o.char_embedding_dim, num)
@@ -81,6 +87,10 @@ def _open(path: Union[PathLike, BinaryIO], mode: str):
     if mode == "r":
         if not path.exists():
             raise WeightFileError(f"weight file not found: {path}")
+        if path.is_dir():
+            raise WeightFileError(f"weight path {path} is a directory; give the weights hdf5 file inside it")
+        if not path.is_file():
+            raise WeightFileError(f"weight path {path} is not a regular file (a device, FIFO or socket)")
         if not h5py.is_hdf5(str(path)):
             raise WeightFileError(f"{path} is not an hdf5 file")
     try:
@@ -91,7 +101,7 @@ def _open(path: Union[PathLike, BinaryIO], mode: str):
 
 def _check_counts(fin, model) -> None:
     """Catch options that describe fewer layers/filters than the file holds."""
-    o = model.options
+    o = _options(model)
     extra = []
     if f"CNN/W_cnn_{len(o.filters)}" in fin:
         extra.append(f"CNN/W_cnn_{len(o.filters)} (options list {len(o.filters)} filters)")
@@ -105,10 +115,13 @@ def _check_counts(fin, model) -> None:
         raise WeightFileError("weight file holds more than the options describe: " + "; ".join(extra))
 
 
-def read_datasets(path: PathLike, model) -> Dict[str, numpy.ndarray]:
-    """Read and shape-check every dataset ``model``'s options call for."""
+def read_datasets(source: Union[PathLike, BinaryIO], model) -> Dict[str, numpy.ndarray]:
+    """Read and shape-check every dataset ``model``'s options call for
+    (``model``: a biLM or just its options, so that a file can be checked
+    before the model is allocated)."""
+    path = "(in memory)" if hasattr(source, "read") else source  # for messages
     arrays = {}
-    with _open(path, "r") as fin:
+    with _open(source, "r") as fin:
         _check_counts(fin, model)
         for name, shape in _layout(model):
             if name not in fin:
@@ -121,16 +134,25 @@ def read_datasets(path: PathLike, model) -> Dict[str, numpy.ndarray]:
                     f"weight file {path}: dataset '{name}' has shape {tuple(data.shape)}, "
                     f"expected {shape} from the options"
                 )
-            array = numpy.asarray(data[...], dtype=numpy.float32)
+            if data.dtype.kind not in "fiu":
+                raise WeightFileError(
+                    f"weight file {path}: dataset '{name}' holds {data.dtype} values, expected numbers "
+                    "(float32); the file is damaged or not a biLM weight file"
+                )
+            try:
+                array = numpy.asarray(data[...], dtype=numpy.float32)
+            except (ValueError, TypeError, OSError) as err:
+                raise WeightFileError(f"weight file {path}: dataset '{name}' cannot be read as float32: {err}") from None
             if not numpy.isfinite(array).all():
                 raise WeightFileError(f"weight file {path}: dataset '{name}' holds NaN or infinite values")
             arrays[name] = array
     return arrays
 
 
-def load_hdf5(model, path: PathLike) -> None:
-    """Copy the weights at ``path`` into ``model`` (a :class:`~spacy_elmo.bilm.BiLM`)."""
-    a = read_datasets(path, model)
+def load_hdf5(model, path: PathLike, arrays: Optional[Dict[str, numpy.ndarray]] = None) -> None:
+    """Copy the weights at ``path`` (or the already read ``arrays`` of
+    :func:`read_datasets`) into ``model`` (a :class:`~spacy_elmo.bilm.BiLM`)."""
+    a = read_datasets(path, model) if arrays is None else arrays
     o = model.options
     enc = model.token_encoder
     t = lambda x: torch.from_numpy(numpy.ascontiguousarray(x))  # noqa: E731

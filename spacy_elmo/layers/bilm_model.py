@@ -62,15 +62,54 @@ def _serialize_bilm(module: torch.nn.Module) -> bytes:
     )
 
 
+_RESAVE = (
+    "re-save the pipeline from a working copy (nlp.to_disk), or re-initialize the elmo component "
+    "from the published weights and options"
+)
+
+
 def _deserialize_bilm(module: torch.nn.Module, data: bytes, device: torch.device) -> torch.nn.Module:
+    """The biLM of a saved pipeline (``spacy.load``, ``from_bytes``): the
+    fields are type-checked, the options validated (bounds, parameter
+    count) and the weights read and shape-checked, all before the model is
+    allocated; anything wrong is an :class:`OptionsError` or a
+    :class:`WeightFileError` (msgpack and hdf5 only: nothing is unpickled)."""
     if not data:
         return module
-    from ..bilm.weights import load_hdf5
+    from ..bilm import OptionsError, WeightFileError
+    from ..bilm.model import check_token_cache_size
+    from ..bilm.weights import load_hdf5, read_datasets
 
-    msg = srsly.msgpack_loads(data)
-    bilm = BiLM(BiLMOptions.from_dict(msg["options"]), token_cache_size=msg["token_cache_size"])
-    load_hdf5(bilm, io.BytesIO(msg["weights"]))
-    bilm.precision = msg["precision"]
+    where = "the elmo component's saved biLM"
+    try:
+        msg = srsly.msgpack_loads(data)
+    except Exception as err:  # msgpack raises several unrelated classes
+        raise WeightFileError(f"{where} is not readable msgpack ({type(err).__name__}: {err}); {_RESAVE}") from None
+    if not isinstance(msg, dict):
+        raise WeightFileError(f"{where} is a {type(msg).__name__}, expected a map; {_RESAVE}")
+    if not isinstance(msg.get("options"), dict):
+        raise OptionsError(
+            f"{where} holds no biLM options (field 'options' is {'missing' if 'options' not in msg else type(msg['options']).__name__}); {_RESAVE}",
+            ["options"],
+        )
+    try:
+        options = BiLMOptions.from_dict(msg["options"])
+    except OptionsError as err:
+        raise OptionsError(f"{where}: {err}; {_RESAVE}", err.fields) from None
+    if not isinstance(msg.get("weights"), bytes):
+        raise WeightFileError(f"{where} holds no weights (field 'weights' is missing or not bytes); {_RESAVE}")
+    precision = msg.get("precision", "fp32")
+    if precision not in BiLM.PRECISIONS:
+        raise WeightFileError(f"{where}: field 'precision' must be one of {BiLM.PRECISIONS}, found {precision!r}; {_RESAVE}")
+    try:
+        token_cache_size = check_token_cache_size(msg.get("token_cache_size", 50_000))
+    except ValueError as err:
+        raise WeightFileError(f"{where}: {err}; {_RESAVE}") from None
+    weights = io.BytesIO(msg["weights"])
+    arrays = read_datasets(weights, options)
+    bilm = BiLM(options, token_cache_size=token_cache_size)
+    load_hdf5(bilm, weights, arrays)
+    bilm.precision = precision
     return bilm.to(device)
 
 

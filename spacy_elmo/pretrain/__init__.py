@@ -3,7 +3,8 @@
 See :mod:`spacy_elmo.pretrain.trainer` and docs/pretraining.md.
 """
 from .corpus import Corpus, CorpusStats, read_corpus
+from .errors import PretrainError
 from .trainer import PretrainConfig, PretrainModel, export, export_pipeline, load_checkpoint, pretrain
 from .vocab import Vocab
 
-__all__ = ["Corpus", "CorpusStats", "PretrainConfig", "PretrainModel", "Vocab", "export", "export_pipeline", "load_checkpoint", "pretrain", "read_corpus"]
+__all__ = ["Corpus", "CorpusStats", "PretrainConfig", "PretrainError", "PretrainModel", "Vocab", "export", "export_pipeline", "load_checkpoint", "pretrain", "read_corpus"]

@@ -8,9 +8,12 @@ sentence when the docs have sentence boundaries, else per doc (cut the same
 way). A directory is read recursively: every non-hidden file, in sorted order.
 
 Bad input never crashes mid-run; it is skipped and counted (``CorpusStats``),
-or, with ``strict=True``, raises a ValueError naming the file (and line):
+or, with ``strict=True``, raises a :class:`~.errors.PretrainError` (a
+ValueError) naming the file (and line):
 
-* a missing path or an input with no usable text at all: always ValueError;
+* a missing path, a path that is not a regular file or directory (a
+  device such as /dev/zero, a FIFO), or an input with no usable text at
+  all: always PretrainError;
 * empty files: skipped;
 * binary files (a NUL byte in the first 8 KiB, or mostly undecodable lines):
   skipped;
@@ -21,6 +24,7 @@ or, with ``strict=True``, raises a ValueError naming the file (and line):
 Tokens are stored once as "types" (distinct strings) and the windows as int32
 type ids, so the corpus costs ~4 bytes a token in memory.
 """
+import hashlib
 import logging
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -28,6 +32,8 @@ from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 import numpy
+
+from .errors import PretrainError
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +115,21 @@ class Corpus:
     def lengths(self) -> numpy.ndarray:
         return numpy.array([len(x) for x in self._ids], dtype=numpy.int64)
 
+    def fingerprint(self) -> str:
+        """SHA-256 of the corpus as tokenised: every window's tokens in
+        order (the type strings and each window's type ids). Two corpora
+        give the same fingerprint exactly when they give the same training
+        windows, wherever their files lie; a resume compares it with the
+        checkpoint's (see :func:`spacy_elmo.pretrain.trainer._check_resume_data`)."""
+        if self._flat is None or self._offsets is None:
+            self.finalize()
+        digest = hashlib.sha256()
+        for text in self.types:
+            digest.update(text.encode("utf-8", "surrogatepass") + b"\0")
+        digest.update(numpy.ascontiguousarray(self._offsets, dtype="<i8").tobytes())
+        digest.update(numpy.ascontiguousarray(self._flat, dtype="<i4").tobytes())
+        return digest.hexdigest()
+
     def word_counts(self, windows: Optional[Iterable[int]] = None) -> Counter:
         """Token counts (as strings) over all windows or the given ones."""
         if windows is None:
@@ -130,24 +151,33 @@ def list_files(paths: Sequence[Union[str, Path]]) -> List[Path]:
                 if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
             )
             if not found:
-                raise ValueError(f"corpus directory {path} holds no files")
+                raise PretrainError(f"corpus directory {path} holds no files")
             files.extend(found)
         elif path.is_file():
             files.append(path)
+        elif path.exists():
+            raise PretrainError(
+                f"corpus path {path} is not a regular file or directory (a device, FIFO or socket); "
+                "give text files, directories of them, or .spacy files"
+            )
         else:
-            raise ValueError(f"corpus path not found: {path}")
+            raise PretrainError(f"corpus path not found: {path}")
     return files
 
 
 def _bad(strict: bool, message: str) -> None:
     if strict:
-        raise ValueError(message)
+        raise PretrainError(message)
     logger.warning(message)
 
 
 def read_lines(path: Path, stats: CorpusStats, max_line_chars: int = 100_000, strict: bool = False) -> Iterator[str]:
     """Yield the non-empty, decodable, not-too-long lines of a text file."""
-    with open(path, "rb") as fin:
+    try:
+        fin = open(path, "rb")
+    except OSError as err:
+        raise PretrainError(f"cannot read corpus file {path}: {err.strerror or err}") from None
+    with fin:
         head = fin.read(_SNIFF_BYTES)
         if not head:
             stats.skipped_empty_files.append(str(path))
@@ -319,7 +349,7 @@ def read_corpus(
                     corpus.add_window(window)
         logger.info("%s: %d windows", path, stats.windows - before)
     if stats.windows == 0:
-        raise ValueError(f"no usable text in {', '.join(map(str, paths))}: {stats.summary()}")
+        raise PretrainError(f"no usable text in {', '.join(map(str, paths))}: {stats.summary()}")
     corpus.finalize()
     return corpus
 

@@ -53,6 +53,7 @@ from ..bilm.model import BiLM
 from ..bilm.options import BiLMOptions
 from . import distributed as D
 from .corpus import BOS_TYPE, EOS_TYPE, N_RESERVED_TYPES, Corpus, read_corpus
+from .errors import PretrainError
 from .vocab import Vocab
 
 logger = logging.getLogger(__name__)
@@ -331,22 +332,37 @@ def _set_rng_state(state: Dict[str, Any], device: torch.device) -> None:
 
 
 def _atomic_save(obj: Any, path: Path) -> None:
+    """Write ``obj`` to ``path`` through a temporary file, so that a failed
+    write (disk full, quota) leaves the previous checkpoint intact; the
+    failure is a PretrainError that says so."""
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as err:  # torch reports a full disk as RuntimeError
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        reason = (str(err).strip().splitlines() or [repr(err)])[0]
+        kept = f"the previous checkpoint {path} is intact" if path.exists() else "no earlier checkpoint exists"
+        raise PretrainError(
+            f"cannot write the checkpoint {path} ({type(err).__name__}: {reason}); {kept}. "
+            "Free disk space (or check the output's file system) and continue with --resume"
+        ) from err
 
 
 def load_checkpoint(path: Path) -> Dict[str, Any]:
     """Load a checkpoint without unpickling arbitrary objects."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"checkpoint not found: {path}")
+        raise PretrainError(f"checkpoint not found: {path}")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
-        raise ValueError(f"cannot load checkpoint {path} (weights_only): {err}") from None
+        raise PretrainError(f"cannot load checkpoint {path} (weights_only): {err}") from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not a spacy_elmo pretraining checkpoint")
+        raise PretrainError(f"{path} is not a spacy_elmo pretraining checkpoint")
     return state
 
 
@@ -400,15 +416,12 @@ def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torc
     if resume:
         checkpoint = load_checkpoint(last)
         _check_resume(checkpoint, config, info)
-        saved_steps = checkpoint["config"].get("max_steps")
-        if saved_steps != config.max_steps:
-            logger.warning(
-                "max_steps %s -> %s%s", saved_steps, config.max_steps,
-                f": the linear decay now reaches zero at step {config.max_steps}" if config.schedule == "linear" else "",
-            )
     elif last.exists():
         raise ValueError(f"{out} already holds a checkpoint; use --resume to continue it or choose another output")
     options = _load_options(config)
+    if checkpoint is not None:
+        _check_resume_options(checkpoint, options)
+    _check_output(out, info)
 
     # Corpus, split, vocabulary (every rank computes the same).
     cache_dir = out / "corpus_cache"
@@ -440,6 +453,9 @@ def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torc
             config.vocab_size,
             config.min_count,
         )
+    fingerprint = corpus.fingerprint()
+    if checkpoint is not None:
+        _check_resume_data(checkpoint, vocab, fingerprint)
     options.extra["n_tokens_vocab"] = len(vocab)
     batcher = Batcher(corpus, vocab, options.max_characters_per_token)
     dev_batcher = batcher if dev_corpus is corpus else Batcher(dev_corpus, vocab, options.max_characters_per_token)
@@ -494,6 +510,8 @@ def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torc
     n_params = sum(p.numel() for p in model.parameters())
 
     log = _Log(out / "log.jsonl", info.is_main)
+    if checkpoint is not None:
+        log.rollback(step)
     if info.is_main:
         out.mkdir(parents=True, exist_ok=True)
         ckpt_dir.mkdir(exist_ok=True)
@@ -516,7 +534,7 @@ def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torc
                 {
                     "format": CHECKPOINT_FORMAT, "step": step, "epoch": epoch, "batch_in_epoch": k * info.world_size,
                     "tokens_seen": tokens_seen, "world_size": info.world_size, "config": config.to_dict(),
-                    "options": options.to_dict(), "vocab": list(vocab.words),
+                    "options": options.to_dict(), "vocab": list(vocab.words), "corpus_sha256": fingerprint,
                     "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(), "rng": rng,
                 },
@@ -628,21 +646,107 @@ def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torc
 
 
 def _check_resume(checkpoint: Dict[str, Any], config: PretrainConfig, info: D.DistInfo) -> None:
+    """Refuse a resume whose settings change the weights; report (log) the
+    settings that may change (:attr:`PretrainConfig.RESUMABLE_CHANGES`), so
+    that a resume is never silent about a change. The options' contents and
+    the corpus are checked by :func:`_check_resume_options` and
+    :func:`_check_resume_data`."""
     saved = checkpoint["config"]
     current = config.to_dict()
-    diffs = [
-        f"{k}: {saved.get(k)!r} -> {current[k]!r}"
-        for k in current
-        if k not in PretrainConfig.RESUMABLE_CHANGES and saved.get(k) != current[k]
-        and not (k == "max_steps" and config.schedule == "constant")
-    ]
+    diffs, allowed = [], []
+    for k in current:
+        if saved.get(k) == current[k]:
+            continue
+        change = f"{k}: {saved.get(k)!r} -> {current[k]!r}"
+        if k in PretrainConfig.RESUMABLE_CHANGES:
+            if k == "max_steps" and config.schedule == "linear":
+                change += f" (the linear decay now reaches zero at step {config.max_steps})"
+            allowed.append(change)
+        else:
+            diffs.append(change)
     if int(checkpoint["world_size"]) != info.world_size:
         diffs.append(f"world size: {checkpoint['world_size']} -> {info.world_size}")
     if diffs:
-        raise ValueError("cannot resume: settings differ from the checkpoint's: " + "; ".join(diffs))
+        raise PretrainError("cannot resume: settings differ from the checkpoint's: " + "; ".join(diffs))
+    if allowed and info.is_main:
+        logger.warning("resuming with changed settings (they do not change the weights): %s", "; ".join(allowed))
+
+
+def _comparable_options(data: Dict[str, Any]) -> Dict[str, Any]:
+    """An options dict (``BiLMOptions.to_dict``) without ``n_tokens_vocab``,
+    which the run sets itself."""
+    return {k: v for k, v in data.items() if k != "n_tokens_vocab"}
+
+
+def _dict_diffs(old: Any, new: Any, path: str = "") -> List[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for k in sorted(set(old) | set(new), key=str) for d in _dict_diffs(old.get(k), new.get(k), f"{path}{k}.")]
+    return [] if old == new else [f"{path.rstrip('.')}: {old!r} -> {new!r}"]
+
+
+def _check_resume_options(checkpoint: Dict[str, Any], options: BiLMOptions) -> None:
+    """Refuse a resume whose options (the file's contents, not its path)
+    differ from the checkpoint's."""
+    diffs = _dict_diffs(_comparable_options(checkpoint["options"]), _comparable_options(options.to_dict()))
+    if diffs:
+        raise PretrainError(
+            "cannot resume: the biLM options differ from the checkpoint's (" + "; ".join(diffs) + "). "
+            "Resume with the options the checkpoint was trained with (its copy is OUTPUT/options.json), "
+            "or start a fresh run in another --output"
+        )
+
+
+def _check_resume_data(checkpoint: Dict[str, Any], vocab: Vocab, fingerprint: str) -> None:
+    """Refuse a resume whose corpus or vocabulary differ from the
+    checkpoint's: a changed corpus would silently remap word ids (or, with
+    another vocabulary size, fail inside torch). The corpus is compared by
+    :meth:`Corpus.fingerprint` (checkpoints from before it was stored: by
+    their vocabulary alone)."""
+    saved = checkpoint.get("corpus_sha256")
+    if saved is not None and saved != fingerprint:
+        raise PretrainError(
+            f"cannot resume: the training corpus changed since the checkpoint (its tokens' SHA-256 "
+            f"{saved[:12]}... -> {fingerprint[:12]}...). Resume with the text the checkpoint was trained on, "
+            "or start a fresh run in another --output"
+        )
+    old, new = list(checkpoint["vocab"]), list(vocab.words)
+    if old != new:
+        where = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
+        first = f"id {where}: {old[where] if where < len(old) else None!r} -> {new[where] if where < len(new) else None!r}"
+        raise PretrainError(
+            f"cannot resume: the vocabulary differs from the checkpoint's ({len(old)} -> {len(new)} words; "
+            f"first difference at {first}): the corpus or --vocab changed. Resume with the checkpoint's "
+            "corpus and vocabulary (its copy is OUTPUT/vocab.txt), or start a fresh run in another --output"
+        )
+
+
+def _check_output(out: Path, info: D.DistInfo) -> None:
+    """Make sure the output directory can be written before the corpus is
+    read and the model built (rank 0, which writes it)."""
+    if not info.is_main:
+        return
+    made = [d for d in (out / "checkpoints", *(out / "checkpoints").parents) if not d.exists()]
+    probe = out / "checkpoints" / f".write-test-{os.getpid()}"
+    try:
+        probe.parent.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as err:
+        raise PretrainError(
+            f"cannot write to the output directory {out} ({err.strerror or err}: {err.filename or probe}); "
+            "choose a writable --output"
+        ) from None
+    finally:
+        for directory in made:  # deepest first: leave no trace if the run fails before writing
+            try:
+                directory.rmdir()
+            except OSError:
+                break
 
 
 class _Log:
+    """``log.jsonl``: one JSON record a line, written by rank 0."""
+
     def __init__(self, path: Path, enabled: bool) -> None:
         self.path = path
         self.enabled = enabled
@@ -651,8 +755,38 @@ class _Log:
         if not self.enabled:
             return
         record = {"time": time.time(), **record}
-        with open(self.path, "a", encoding="utf-8") as fout:
-            fout.write(json.dumps(record) + "\n")
+        try:
+            with open(self.path, "a", encoding="utf-8") as fout:
+                fout.write(json.dumps(record) + "\n")
+        except OSError as err:
+            raise PretrainError(
+                f"cannot write the log {self.path} ({err.strerror or err}); free disk space and continue "
+                "with --resume (the last checkpoint is intact)"
+            ) from err
+
+    def rollback(self, step: int) -> int:
+        """On resume from the checkpoint of ``step``: drop the records of
+        later steps (written after that checkpoint, by the run that went on
+        and was lost), so that the log and the learning curve show each
+        step once. Returns how many were dropped (also logged)."""
+        if not self.enabled or not self.path.exists():
+            return 0
+        lines = self.path.read_text(encoding="utf-8").splitlines(keepends=True)
+        kept = []
+        for line in lines:
+            try:
+                later = int(json.loads(line).get("step", 0)) > step
+            except (ValueError, TypeError, AttributeError):
+                later = False  # not ours to judge: keep it
+            if not later:
+                kept.append(line)
+        dropped = len(lines) - len(kept)
+        if dropped:
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text("".join(kept), encoding="utf-8")
+            os.replace(tmp, self.path)
+            logger.warning("log.jsonl: dropped %d records after step %d (rolled back by the resume)", dropped, step)
+        return dropped
 
 
 # ------------------------------------------------------------- export/plot
