@@ -249,6 +249,8 @@ def fetch(weights: PathLike, options: PathLike, *, progress: bool = True) -> Tup
             sources.append((str(value), url_cache_path(str(value))))
         else:
             path = Path(value).expanduser()
+            if path.is_dir():
+                raise ModelNotFoundError(f"{path} is a directory; expected a file here (weights .hdf5 or options .json)")
             if not path.is_file():
                 raise ModelNotFoundError(f"file not found: {path}")
             sources.append((None, path))

@@ -296,8 +296,12 @@ def test_spacy_docbin_input_uses_sentences(tmp_path):
 def test_settings_are_validated(tmp_path):
     with pytest.raises(ValueError, match="fp16 needs a CUDA device"):
         tiny_config(tmp_path, tmp_path / "x.txt", precision="fp16").validate()
-    with pytest.raises(ValueError, match="exactly one of options"):
+    with pytest.raises(ValueError, match="give options .* shape .* or init"):
         PretrainConfig(train=["x"], output="o").validate()
+    with pytest.raises(ValueError, match="not both"):
+        PretrainConfig(train=["x"], output="o", options="a.json", shape="small").validate()
+    with pytest.raises(ValueError, match="do not give shape"):
+        PretrainConfig(train=["x"], output="o", init="model", shape="small").validate()
 
 
 def test_bf16_autocast_trains_on_cpu(tmp_path):
@@ -324,7 +328,7 @@ def test_cli_pretrain_and_export(tmp_path):
     assert "held-out perplexity" in result.output
     result = runner.invoke(app, ["export", str(tmp_path / "run"), str(tmp_path / "exp")])
     assert result.exit_code == 0, result.output
-    assert {p.name for p in (tmp_path / "exp").iterdir()} == {"weights.hdf5", "options.json", "vocab.txt"}
+    assert {p.name for p in (tmp_path / "exp").iterdir()} == {"weights.hdf5", "options.json", "vocab.txt", "softmax.pt"}
     result = runner.invoke(app, ["pretrain", str(tmp_path / "nothing.txt"), "--output", str(tmp_path / "r2"), "--shape", "small"])
     assert result.exit_code == 2 and "corpus path not found" in result.output
 

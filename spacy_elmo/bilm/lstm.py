@@ -125,7 +125,10 @@ class BiProjectedLSTMLayer(nn.Module):
         ).view(n_dir, n_steps, batch, -1)
         n_active = [sum(1 for length in lengths if length > t) for t in range(n_steps)]
         if torch.is_grad_enabled():
-            if state[0].requires_grad or state[1].requires_grad:
+            # Autocast (mixed-precision training) casts op by op, which the
+            # hand-written backward does not: those runs take the autograd
+            # recurrence, as does a differentiable initial state.
+            if state[0].requires_grad or state[1].requires_grad or torch.is_autocast_enabled(xw.device.type):
                 return self._recur_autograd(xw, n_active, state)
             return projected_lstm(
                 xw, self.weight_hh, self.weight_proj, state, n_active, self.cell_clip, self.proj_clip
