@@ -77,6 +77,10 @@ def write_card(target: Path, history: list, stats: dict, command: str) -> None:
     cfg = current["config"]
     options = json.loads((target / "options.json").read_text(encoding="utf-8"))
     lstm, cnn = options["lstm"], options["char_cnn"]
+    stages_text = ""
+    if current.get("stages"):
+        parts = [f"{st['step']:,} (held-out {st['dev_ppl']:.0f})" for st in current["stages"]]
+        stages_text = " in stages: " + ", then ".join(parts) + ", then the rest continued from that export (`--init`)"
     rows = "\n".join(
         f"| {h['shipped']} | {h['step']:,} | {h['tokens_seen'] / 1e6:.1f}M | {h['train_hours']:.1f} h | "
         f"{h['dev_ppl_forward']:.1f} | {h['dev_ppl_backward']:.1f} | {h['dev_ppl']:.1f} | {h['unigram_dev_ppl']:.0f} |"
@@ -111,7 +115,7 @@ contextual English vectors offline.
 
 | | |
 |---|---|
-| steps | {current['step']:,} of batch {cfg['batch_size']} windows (at most {cfg['max_tokens']} tokens each) |
+| steps | {current['step']:,} optimizer steps{stages_text}, of {cfg['batch_size']} windows per process (at most {cfg['max_tokens']} tokens each) |
 | tokens seen | {current['tokens_seen']:,} ({current['tokens_seen'] / current['corpus_tokens']:.2f} passes over the {current['corpus_tokens']:,} training tokens) |
 | optimizer | {cfg['optimizer']}, lr {cfg['lr']}, {cfg['warmup_steps']} warm-up steps, {cfg['schedule']} decay to 0 at step {cfg['max_steps']:,}; dropout {cfg['dropout']}; gradient norm clip {cfg['clip_norm']} |
 | wall time | {current['train_hours']:.1f} h of training |
@@ -166,12 +170,21 @@ def main() -> None:
     parser.add_argument("--corpus-stats", type=Path, required=True)
     parser.add_argument("--command", required=True, help="the command that trained the run, for the card")
     parser.add_argument("--date", required=True, help="shipping date, for the history")
+    parser.add_argument("--earlier", type=Path, action="append", default=[],
+                        help="a run that RUN continued (with --init from its export): its steps, tokens and time are added")
     parser.add_argument("--force", action="store_true")
     args = parser.parse_args()
 
     from spacy_elmo.pretrain.trainer import export
 
     summary = run_summary(args.run)
+    stages = []
+    for earlier in args.earlier:
+        before = run_summary(earlier)
+        stages.append({k: before[k] for k in ("step", "tokens_seen", "train_hours", "dev_ppl")})
+        for key in ("step", "tokens_seen", "train_hours"):
+            summary[key] += before[key]
+    summary["stages"] = stages
     summary["machine"] = machine()
     summary["shipped"] = args.date
     history_path = args.target / "history.jsonl"
