@@ -26,9 +26,11 @@ def _setup(dtype, clip, lengths, seed=0, in_dim=5, cell=6, proj=3):
 def test_matches_autograd_recurrence(clip, lengths):
     layer, xw, n_active = _setup(torch.float64, clip, lengths)
     state = layer.zero_state(len(lengths), xw)
-    ref_out, _ = layer._recur_autograd(xw, n_active, state)
-    out, _ = projected_lstm(xw, layer.weight_hh, layer.weight_proj, state, n_active, clip, clip)
+    ref_out, (ref_h, ref_c) = layer._recur_autograd(xw, n_active, state)
+    out, (h, c) = projected_lstm(xw, layer.weight_hh, layer.weight_proj, state, n_active, clip, clip)
     assert torch.allclose(out, ref_out, atol=1e-12)
+    # Each row's final state is its state after its own last step.
+    assert torch.allclose(h, ref_h, atol=1e-12) and torch.allclose(c, ref_c, atol=1e-12)
     weights = torch.randn_like(out)
     params = [xw, layer.weight_hh, layer.weight_proj]
     ref_grads = torch.autograd.grad((ref_out * weights).sum(), params)

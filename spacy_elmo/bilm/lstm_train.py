@@ -44,6 +44,7 @@ class ProjectedLSTMFunction(torch.autograd.Function):
         h_final, c_final = h0.clone(), c0.clone()
         gates_seq: List[torch.Tensor] = []
         c_raw_seq: List[torch.Tensor] = []
+        c_seq: List[torch.Tensor] = []
         tanh_c_seq: List[torch.Tensor] = []
         m_seq: List[torch.Tensor] = []
         h_raw_seq: List[torch.Tensor] = []
@@ -63,17 +64,21 @@ class ProjectedLSTMFunction(torch.autograd.Function):
             h_raw = torch.bmm(m, w_proj)
             h = h_raw if proj_clip is None else h_raw.clamp(-proj_clip, proj_clip)
             out[:, t, :n] = h
-            h_final[:, :n] = h
-            c_final[:, :n] = c
+            # Rows whose last step this is: their final state.
+            n_next = n_active[t + 1] if t + 1 < len(n_active) else 0
+            if n_next < n:
+                h_final[:, n_next:n] = h[:, n_next:]
+                c_final[:, n_next:n] = c[:, n_next:]
             gates_seq.append(gates)
             c_raw_seq.append(c_raw)
+            c_seq.append(c)
             tanh_c_seq.append(tanh_c)
             m_seq.append(m)
             h_raw_seq.append(h_raw)
             h_prev, c_prev = h, c
         ctx.n_active = [n for n in n_active[: len(gates_seq)]]
         ctx.clips = (cell_clip, proj_clip)
-        ctx.sequences = (gates_seq, c_raw_seq, tanh_c_seq, m_seq, h_raw_seq)
+        ctx.sequences = (gates_seq, c_raw_seq, c_seq, tanh_c_seq, m_seq, h_raw_seq)
         ctx.save_for_backward(weight_hh, weight_proj, h0, c0, out)
         ctx.mark_non_differentiable(h_final, c_final)
         return out, h_final, c_final
@@ -81,7 +86,7 @@ class ProjectedLSTMFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_out, _dh_final, _dc_final):
         weight_hh, weight_proj, h0, c0, out = ctx.saved_tensors
-        gates_seq, c_raw_seq, tanh_c_seq, m_seq, h_raw_seq = ctx.sequences
+        gates_seq, c_raw_seq, c_seq, tanh_c_seq, m_seq, h_raw_seq = ctx.sequences
         cell_clip, proj_clip = ctx.clips
         n_active = ctx.n_active
         n_dir, n_steps, batch, P = d_out.shape
@@ -106,25 +111,19 @@ class ProjectedLSTMFunction(torch.autograd.Function):
             gates = gates_seq[t]
             i, f, g, o = gates.chunk(4, dim=-1)
             tanh_c = tanh_c_seq[t]
-            d_o = dm * tanh_c
             dc_t = torch.addcmul(dc[:, :n], dm * o, 1.0 - tanh_c * tanh_c)
             if cell_clip is not None:
                 c_raw = c_raw_seq[t]
                 dc_t.mul_((c_raw >= -cell_clip) & (c_raw <= cell_clip))
-            if t > 0:
-                c_prev = c_raw_seq[t - 1][:, :n]
-                if cell_clip is not None:
-                    c_prev = c_prev.clamp(-cell_clip, cell_clip)
-            else:
-                c_prev = c0[:, :n]
+            c_prev = c_seq[t - 1][:, :n] if t > 0 else c0[:, :n]
             # Gate derivatives: s (1 - s) for the sigmoids, 1 - g^2 for g.
             deriv = gates * (1.0 - gates)
             deriv[..., 2 * C : 3 * C] = 1.0 - g * g
             d_gates = d_xw[:, t, :n]
-            d_gates[..., :C].copy_(dc_t * g)
-            d_gates[..., C : 2 * C].copy_(dc_t * c_prev)
-            d_gates[..., 2 * C : 3 * C].copy_(dc_t * i)
-            d_gates[..., 3 * C :].copy_(d_o)
+            torch.mul(dc_t, g, out=d_gates[..., :C])
+            torch.mul(dc_t, c_prev, out=d_gates[..., C : 2 * C])
+            torch.mul(dc_t, i, out=d_gates[..., 2 * C : 3 * C])
+            torch.mul(dm, tanh_c, out=d_gates[..., 3 * C :])
             d_gates.mul_(deriv)
             dc[:, :n] = dc_t * f
             dh[:, :n] = torch.bmm(d_gates, weight_hh)
