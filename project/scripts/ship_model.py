@@ -72,7 +72,7 @@ def machine() -> str:
     return f"{model or platform.machine()}, {os.cpu_count()} cores ({isa}), torch {torch.__version__}"
 
 
-def write_card(target: Path, history: list, stats: dict, command: str) -> None:
+def write_card(target: Path, history: list, stats: dict, command: str, note: str = "") -> None:
     current = history[-1]
     cfg = current["config"]
     options = json.loads((target / "options.json").read_text(encoding="utf-8"))
@@ -134,6 +134,8 @@ Reproduce (from `project/`, after `python -m weasel run fetch-pretrain-text`):
 {command}
 ```
 
+{note}
+
 ## Corpus
 
 Lines of each source are held out by a hash of the line (1.2%); the rest is
@@ -172,6 +174,7 @@ def main() -> None:
     parser.add_argument("--date", required=True, help="shipping date, for the history")
     parser.add_argument("--earlier", type=Path, action="append", default=[],
                         help="a run that RUN continued (with --init from its export): its steps, tokens and time are added")
+    parser.add_argument("--note", default="", help="a remark printed under the command in the card (e.g. how the run was resumed)")
     parser.add_argument("--force", action="store_true")
     args = parser.parse_args()
 
@@ -205,7 +208,7 @@ def main() -> None:
     history.append(summary)
     history_path.write_text("".join(json.dumps(h) + "\n" for h in history), encoding="utf-8")
     stats = json.loads(args.corpus_stats.read_text(encoding="utf-8"))
-    write_card(args.target, history, stats, args.command)
+    write_card(args.target, history, stats, args.command, args.note)
     print(f"shipped step {summary['step']} (held-out perplexity {summary['dev_ppl']:.1f}) to {args.target}")
 
 

@@ -669,7 +669,7 @@ def _check_resume(checkpoint: Dict[str, Any], config: PretrainConfig, info: D.Di
     if diffs:
         raise PretrainError("cannot resume: settings differ from the checkpoint's: " + "; ".join(diffs))
     if allowed and info.is_main:
-        logger.warning("resuming with changed settings (they do not change the weights): %s", "; ".join(allowed))
+        logger.warning("resuming with changed settings: %s", "; ".join(allowed))
 
 
 def _comparable_options(data: Dict[str, Any]) -> Dict[str, Any]:
