@@ -162,8 +162,12 @@ def main(
     predict_words: int = typer.Option(3000, help="Dev words timed per prediction measurement"),
     costs_json: Optional[Path] = typer.Option(None, help="Reuse measured costs from this JSON (skip measuring)"),
     output: Path = typer.Option(Path("reports/cost_estimate.md")),
+    threads: int = typer.Option(1, help="PyTorch threads while measuring (1: the work itself, no spinning)"),
 ) -> None:
     import srsly
+    import torch
+
+    torch.set_num_threads(threads)
 
     v = srsly.read_yaml(project)["vars"]
     sizes = {}

@@ -103,7 +103,7 @@ def read_log(path: Path) -> List[dict]:
 
 
 def train_run(config: Path, output: Path, train: Path, dev: Path, seed: int, budget: Dict[str, int],
-              extra: List[str]) -> Dict[str, float]:
+              extra: List[str], threads: int = 0) -> Dict[str, float]:
     output.mkdir(parents=True, exist_ok=True)
     command = [
         sys.executable, "-m", "spacy", "train", str(config),
@@ -116,6 +116,8 @@ def train_run(config: Path, output: Path, train: Path, dev: Path, seed: int, bud
         *extra,
     ]
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    if threads > 0:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     start = time.perf_counter()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     with (output / "train.log").open("w", encoding="utf-8") as log:
@@ -167,6 +169,8 @@ def main(
     speed_batches: int = typer.Option(30, help="Batches timed by the speed benchmark (spaCy's minimum: 30)"),
     speed_warmup: int = typer.Option(1, help="Warm-up epochs over the benchmark docs"),
     speed_batch_size: int = typer.Option(64, help="Docs per batch in the speed benchmark"),
+    threads: int = typer.Option(0, help="PyTorch threads (0: PyTorch's default, all cores). 1 on a machine "
+                                "that runs other work: two threads spinning against a busy core are far slower"),
     keep_models: bool = typer.Option(False, help="Keep model-last (model-best is always kept)"),
     force: bool = typer.Option(False, help="Redo runs whose metrics exist"),
 ) -> None:
@@ -177,6 +181,12 @@ def main(
     fraction_list = sorted(float(f) for f in split_list(fractions))
     seed_list = [int(s) for s in split_list(seeds)]
     budget = {"max_steps": max_steps, "eval_frequency": eval_frequency, "patience": patience}
+    if threads > 0:
+        import torch
+
+        torch.set_num_threads(threads)
+    # Check every system first, so that a missing file stops the grid before any training.
+    setups = {}
     for system in split_list(systems):
         config = configs / f"{system}_{task}.cfg"
         if not config.exists():
@@ -199,6 +209,8 @@ def main(
                 raise SystemExit(f"no transformer model directory at {transformer} (run fetch-minilm)")
             extra += ["--paths.transformer", str(transformer)]
             provenance = {"transformer": str(transformer)}
+        setups[system] = (config, extra, provenance)
+    for system, (config, extra, provenance) in setups.items():
         for fraction in fraction_list:
             for seed in seed_list:
                 name = f"f{fraction_name(fraction)}_s{seed}"
@@ -209,12 +221,13 @@ def main(
                 output = training_dir / task / system / name
                 train_slice = make_slice(train, fraction, seed, data / "slices")
                 typer.echo(f"[{task} {system} {name}] training on {train_slice} ...")
-                times = train_run(config, output, train_slice, dev, seed, budget, extra)
+                times = train_run(config, output, train_slice, dev, seed, budget, extra, threads)
                 log = read_log(output / "log.jsonl")
                 record = {
                     "task": task, "system": system, "fraction": fraction, "seed": seed,
                     "main_score": MAIN_SCORE[task], "budget": budget, "provenance": provenance,
                     "train_data": corpus_stats(train_slice),
+                    "threads": threads,
                     "train_seconds": times["wall"],
                     "train_cpu_seconds": times["cpu"],
                     "train_loop_seconds": log[-1]["seconds"] if log else None,
