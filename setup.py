@@ -37,6 +37,7 @@ setup(
             "spacy_elmo.ElmoListener.v1 = spacy_elmo.layers:ElmoListener",
             "spacy_elmo.ElmoMix.v1 = spacy_elmo.layers:ElmoMix",
             "spacy_elmo.ElmoInputOutput.v1 = spacy_elmo.layers:ElmoInputOutput",
+            "spacy_elmo.ElmoTok2Vec.v1 = spacy_elmo.layers:ElmoTok2Vec",
         ],
         "spacy_span_getters": [
             "spacy_elmo.sent_or_strided_spans.v1 = spacy_elmo.layers:configure_sent_or_strided_spans",

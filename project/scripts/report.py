@@ -1,0 +1,259 @@
+"""The report: tables and plots from the runs' metrics.
+
+    python scripts/report.py metrics reports --title "ELMo vs tok2vec"
+
+Reads ``METRICS/<task>/<system>/f<fraction>_s<seed>.json`` (written by
+``run_grid.py``) and writes into OUTPUT:
+
+- ``README.md``: per task, a table of the systems at 100% of the training
+  data (test score mean ± standard deviation over seeds, n = seeds; the other
+  scores; words/s of the speed benchmark; size on disk; training time,
+  wall-clock and CPU); the sample-efficiency table (score per fraction);
+  the learned ELMo mixes (softmax weights s_j and gamma per component and
+  mix, mean over seeds at 100%);
+- ``sample_efficiency.png``: test score against the fraction of training
+  data, per task and system (error bars: standard deviation over seeds);
+- ``mixes.png``: s_j per layer and gamma, per task, system and mix;
+- ``curves.png``: dev score against step and against training seconds, for
+  the first seed at 100%, per task and system;
+- ``summary.json``: the aggregated numbers.
+"""
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Dict, List
+
+import typer
+
+TASKS = {
+    "pos": ("Brown POS (tagger)", "tag_acc", "accuracy"),
+    "ner": ("WNUT-2016 NER", "ents_f", "F1"),
+    "sentiment": ("rt-polarity sentiment (textcat)", "cats_macro_f", "macro-F"),
+}
+SYSTEM_ORDER = ["baseline", "elmo_listener", "elmo_tok2vec", "transformer"]
+SYSTEM_NAMES = {
+    "baseline": "spaCy tok2vec",
+    "elmo_listener": "ELMo listener (mix only)",
+    "elmo_tok2vec": "ELMo [x; ELMo] + encoder",
+    "transformer": "MiniLM-L6 (spacy-transformers)",
+}
+EXTRA_SCORES = {"ner": [("ents_p", "P"), ("ents_r", "R")], "sentiment": [("cats_micro_f", "accuracy")]}
+
+
+def load(metrics: Path) -> List[dict]:
+    runs = []
+    for path in sorted(metrics.glob("*/*/*.json")):
+        runs.append(json.loads(path.read_text(encoding="utf-8")))
+    return runs
+
+
+def mean_sd(values: List[float]):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None, None, 0
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return statistics.fmean(values), sd, len(values)
+
+
+def fmt(mean, sd, n, scale=100.0, digits=1):
+    if mean is None:
+        return "–"
+    if n > 1:
+        return f"{mean * scale:.{digits}f} ± {sd * scale:.{digits}f} (n={n})"
+    return f"{mean * scale:.{digits}f}"
+
+
+def order(systems):
+    return sorted(systems, key=lambda s: (SYSTEM_ORDER.index(s) if s in SYSTEM_ORDER else 99, s))
+
+
+def aggregate(runs: List[dict]) -> Dict:
+    """{task: {system: {fraction: [runs]}}}"""
+    grid: Dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for run in runs:
+        grid[run["task"]][run["system"]][run["fraction"]].append(run)
+    return grid
+
+
+def task_table(task: str, by_system: Dict) -> List[str]:
+    _, key, label = TASKS[task]
+    extra = EXTRA_SCORES.get(task, [])
+    head = ["system", f"test {label}"] + [name for _, name in extra] + [
+        "words/s", "size (MB)", "of which biLM", "train time (min)", "train CPU (min)", "steps", "dev best"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for system in order(by_system):
+        runs = by_system[system].get(100.0, [])
+        if not runs:
+            continue
+        row = [SYSTEM_NAMES.get(system, system), fmt(*mean_sd([r["test"].get(key) for r in runs]))]
+        for extra_key, _ in extra:
+            row.append(fmt(*mean_sd([r["test"].get(extra_key) for r in runs])))
+        timed = [r for r in runs if "speed" in r]
+        if timed:
+            r = timed[0]
+            row += [f"{r['speed']['words_per_s']:,.0f}", f"{r['size_bytes'] / 1e6:.1f}", f"{r['bilm_bytes'] / 1e6:.1f}"]
+        else:
+            row += ["–", "–", "–"]
+        row.append(fmt(*mean_sd([r["train_seconds"] for r in runs]), scale=1 / 60))
+        row.append(fmt(*mean_sd([r.get("train_cpu_seconds") for r in runs]), scale=1 / 60))
+        row.append(fmt(*mean_sd([r["steps"] for r in runs]), scale=1, digits=0))
+        row.append(fmt(*mean_sd([r["dev_best"] for r in runs])))
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def efficiency_table(task: str, by_system: Dict) -> List[str]:
+    fractions = sorted({f for runs in by_system.values() for f in runs})
+    if len(fractions) < 2:
+        return []
+    lines = ["| system | " + " | ".join(f"{f:g}%" for f in fractions) + " |", "|---|" + "---|" * len(fractions)]
+    key = TASKS[task][1]
+    for system in order(by_system):
+        cells = [fmt(*mean_sd([r["test"].get(key) for r in by_system[system].get(f, [])])) for f in fractions]
+        lines.append(f"| {SYSTEM_NAMES.get(system, system)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def mix_rows(task: str, by_system: Dict) -> List[List[str]]:
+    rows = []
+    for system in order(by_system):
+        runs = by_system[system].get(100.0, []) or by_system[system][max(by_system[system])]
+        names = sorted({name for r in runs for name in r.get("mixes", {})})
+        for name in names:
+            ss = [r["mixes"][name]["s"] for r in runs if name in r.get("mixes", {})]
+            gammas = [r["mixes"][name]["gamma"] for r in runs if name in r.get("mixes", {})]
+            s_mean = [statistics.fmean(col) for col in zip(*ss)]
+            rows.append([task, SYSTEM_NAMES.get(system, system), name, s_mean, statistics.fmean(gammas), len(ss)])
+    return rows
+
+
+def plots(grid: Dict, output: Path) -> List[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    # Sample efficiency.
+    tasks = [t for t in TASKS if t in grid and len({f for s in grid[t].values() for f in s}) > 1]
+    if tasks:
+        fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), squeeze=False)
+        for ax, task in zip(axes[0], tasks):
+            key = TASKS[task][1]
+            for system in order(grid[task]):
+                fractions = sorted(grid[task][system])
+                stats = [mean_sd([r["test"].get(key) for r in grid[task][system][f]]) for f in fractions]
+                ax.errorbar(fractions, [100 * m for m, _, _ in stats], yerr=[100 * s for _, s, _ in stats],
+                            marker="o", capsize=3, label=SYSTEM_NAMES.get(system, system))
+            ax.set_xscale("log")
+            ax.set_xlabel("% of training data")
+            ax.set_ylabel(f"test {TASKS[task][2]}")
+            ax.set_title(TASKS[task][0])
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(output / "sample_efficiency.png", dpi=110)
+        plt.close(fig)
+        written.append("sample_efficiency.png")
+    # Mixes.
+    rows = [row for task in TASKS if task in grid for row in mix_rows(task, grid[task])]
+    if rows:
+        fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows) + 2), 4))
+        n_layers = max(len(row[3]) for row in rows)
+        width = 0.8 / n_layers
+        for j in range(n_layers):
+            ax.bar([i + j * width for i in range(len(rows))], [row[3][j] if j < len(row[3]) else 0 for row in rows],
+                   width=width, label=f"s_{j}")
+        for i, row in enumerate(rows):
+            ax.text(i + 0.4 - width / 2, 1.02, f"γ={row[4]:.2f}", ha="center", fontsize=7)
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))])
+        ax.set_xticklabels([f"{row[0]}\n{row[1]}\n{row[2]}" for row in rows], fontsize=6)
+        ax.set_ylim(0, 1.12)
+        ax.set_ylabel("softmax layer weight s_j")
+        ax.set_title("Learned ELMo mixes (layer 0 = token encoder, 1..L = LSTM layers)")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(output / "mixes.png", dpi=110)
+        plt.close(fig)
+        written.append("mixes.png")
+    # Training curves.
+    tasks = [t for t in TASKS if t in grid]
+    if tasks:
+        fig, axes = plt.subplots(2, len(tasks), figsize=(5.5 * len(tasks), 7), squeeze=False)
+        for col, task in enumerate(tasks):
+            for system in order(grid[task]):
+                runs = grid[task][system].get(100.0) or grid[task][system][max(grid[task][system])]
+                run = min(runs, key=lambda r: r["seed"])
+                curve = run.get("curve", [])
+                if not curve:
+                    continue
+                label = SYSTEM_NAMES.get(system, system)
+                axes[0][col].plot([p["step"] for p in curve], [100 * p["score"] for p in curve], marker=".", label=label)
+                axes[1][col].plot([p["seconds"] / 60 for p in curve], [100 * p["score"] for p in curve], marker=".", label=label)
+            axes[0][col].set_title(f"{TASKS[task][0]}: dev {TASKS[task][2]}")
+            axes[0][col].set_xlabel("step")
+            axes[1][col].set_xlabel("training minutes (wall-clock)")
+            for row in (0, 1):
+                axes[row][col].grid(alpha=0.3)
+                axes[row][col].legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(output / "curves.png", dpi=110)
+        plt.close(fig)
+        written.append("curves.png")
+    return written
+
+
+def main(
+    metrics: Path = typer.Argument(..., help="Directory of run metrics (run_grid.py's --metrics-dir)"),
+    output: Path = typer.Argument(..., help="Where to write README.md and the plots"),
+    title: str = typer.Option("ELMo vs tok2vec vs a small transformer", help="Report title"),
+    note: str = typer.Option("", help="A line under the title (e.g. which biLM weights)"),
+) -> None:
+    runs = load(metrics)
+    if not runs:
+        raise SystemExit(f"no metrics under {metrics}")
+    grid = aggregate(runs)
+    output.mkdir(parents=True, exist_ok=True)
+    written = plots(grid, output)
+    lines = [f"# {title}", ""]
+    if note:
+        lines += [note, ""]
+    weights = sorted({(r["provenance"].get("elmo_weights"), r["provenance"].get("elmo_weights_sha256"))
+                      for r in runs if r.get("provenance", {}).get("elmo_weights")})
+    for path, digest in weights:
+        lines.append(f"ELMo weights: `{path}` (sha256 `{digest[:16]}…`)")
+    budgets = sorted({(r["task"], json.dumps(r["budget"], sort_keys=True)) for r in runs})
+    for task, budget in budgets:
+        lines.append(f"Budget, {task}: `{budget}`")
+    lines += ["", f"{len(runs)} runs. Scores ×100; ± is the standard deviation over seeds (n runs).", ""]
+    for task in TASKS:
+        if task not in grid:
+            continue
+        lines += [f"## {TASKS[task][0]}", "", "At 100% of the training data:", ""]
+        lines += task_table(task, grid[task]) + [""]
+        eff = efficiency_table(task, grid[task])
+        if eff:
+            lines += [f"Sample efficiency (test {TASKS[task][2]} by % of the training data):", ""] + eff + [""]
+    mixes = [row for task in TASKS if task in grid for row in mix_rows(task, grid[task])]
+    if mixes:
+        lines += ["## Learned ELMo mixes", "",
+                  "softmax(w) per biLM layer (0 = token encoder) and gamma; mean over seeds at 100%. "
+                  "`name[1]` is a component's second mix (ELMo at the output).", ""]
+        n_layers = max(len(row[3]) for row in mixes)
+        lines.append("| task | system | mix | " + " | ".join(f"s_{j}" for j in range(n_layers)) + " | gamma | n |")
+        lines.append("|" + "---|" * (n_layers + 5))
+        for task, system, name, s, gamma, n in mixes:
+            lines.append(f"| {task} | {system} | {name} | " + " | ".join(f"{x:.3f}" for x in s) + f" | {gamma:.3f} | {n} |")
+        lines.append("")
+    for png in written:
+        lines += [f"![{png}]({png})", ""]
+    (output / "README.md").write_text("\n".join(lines), encoding="utf-8")
+    summary = {task: {system: {str(f): {"n": len(rs), "test": mean_sd([r["test"].get(TASKS[task][1]) for r in rs])[:2]}
+                               for f, rs in fr.items()} for system, fr in sy.items()} for task, sy in grid.items()}
+    (output / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    typer.echo(f"wrote {output / 'README.md'} and {', '.join(written)}")
+
+
+if __name__ == "__main__":
+    typer.run(main)
