@@ -86,6 +86,7 @@ def test_quick_workflow(tmp_path):
         "--vars.quick_systems", ",".join(systems),
         "--vars.quick_train_docs", "30", "--vars.quick_dev_docs", "8", "--vars.quick_test_docs", "8",
         "--vars.quick_max_steps", "4", "--vars.quick_eval_frequency", "2",
+        "--vars.torch_threads", "1",
     ]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     result = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=1800, env=env)
