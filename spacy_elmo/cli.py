@@ -259,13 +259,16 @@ def senses(
     weights: Optional[Path] = typer.Option(None, help="biLM weights (default: the shipped model, if installed)"),
     options: Optional[Path] = typer.Option(None, help="biLM options JSON (default: options.json beside the weights)"),
     per_word: bool = typer.Option(False, "--per-word", help="Also print each word's accuracy per layer"),
+    method: str = typer.Option("centroid", help="centroid: nearest sense centroid (the paper's method); 1nn: nearest other use"),
     batch_size: int = typer.Option(64, help="Sentences per batch"),
 ) -> None:
-    """1-nearest-neighbour word sense accuracy per biLM layer (leave-one-out within each word)."""
+    """Word sense accuracy per biLM layer, leave-one-out within each word: each use
+    takes the sense whose other uses' mean vector is nearest (or, with --method 1nn,
+    the sense of the nearest other use)."""
     from .senses import format_table, load_bilm, sense_eval
 
     try:
-        rows = sense_eval(load_bilm(weights, options), data, batch_size=batch_size)
+        rows = sense_eval(load_bilm(weights, options), data, batch_size=batch_size, method=method)
     except ValueError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2)

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
-from spacy_elmo.senses import DATA, load_bilm, load_senses, nearest_uses, one_nn, sense_eval
+from spacy_elmo.senses import DATA, load_bilm, load_senses, nearest_centroid, nearest_uses, one_nn, sense_eval
 
 
 @pytest.fixture(scope="module")
@@ -125,12 +125,26 @@ def test_tie_rule():
     assert credits[3] == 1.0
 
 
-def test_sense_eval_detects_separation():
-    rows = sense_eval(NextWordStub(), STUB_DATA)
+@pytest.mark.parametrize("method", ["centroid", "1nn"])
+def test_sense_eval_detects_separation(method):
+    rows = sense_eval(NextWordStub(), STUB_DATA, method=method)
     by_layer = {r["layer"]: r for r in rows}
     assert by_layer[0]["accuracy"] == 0.5  # context-free: chance
     assert by_layer[1]["accuracy"] == 1.0 and by_layer[1]["tied"] == 0  # the context gives the sense
     assert by_layer[1]["per_word"] == {"bank": 1.0, "bat": 1.0}
+    with pytest.raises(ValueError, match="method"):
+        sense_eval(NextWordStub(), STUB_DATA, method="knn")
+
+
+def test_nearest_centroid_leaves_the_item_out_of_its_centroid():
+    # Item 0 lies near sense b's centroid, unless its own vector pulled a's towards it.
+    vectors = numpy.array([[0.0, 1.0], [1.0, 0.1], [1.0, -0.1], [0.1, 1.0], [-0.1, 1.0]])
+    senses = ["a", "a", "a", "b", "b"]
+    credits, tied = nearest_centroid(vectors, senses)
+    assert credits[0] == 0.0 and credits[1:] == [1.0, 1.0, 1.0, 1.0]
+    assert not any(tied)
+    # Identical vectors: every item ties across the two senses, credit 1/2.
+    assert nearest_centroid(numpy.ones((4, 3)), ["a", "a", "b", "b"]) == ([0.5] * 4, [True] * 4)
 
 
 def test_load_bilm_takes_what_embed_takes(monkeypatch, parity_paths, tmp_path):
