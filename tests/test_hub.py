@@ -1,6 +1,5 @@
 """Models by name, path and URL (spacy_elmo.hub), against a local HTTP server
 on 127.0.0.1 that serves the fixture weights laid out like AllenNLP's bucket."""
-import json
 import os
 import shutil
 import socket

@@ -2,7 +2,6 @@
 validated before allocation, resumes that check what they resume, and the
 package's own errors for bad input."""
 import json
-import math
 import pickle
 import random
 import sys
@@ -231,8 +230,6 @@ def test_crafted_saved_pipelines_are_refused_by_spacy_load(saved_pipeline, monke
 def test_no_load_path_unpickles(saved_pipeline, monkeypatch, tmp_path):
     """spacy.load, from_bytes and BiLM.from_hdf5 read msgpack, JSON and
     hdf5 only (checkpoints: test_checkpoints_are_loaded_without_unpickling)."""
-    import io
-
     def refuse(*args, **kwargs):
         raise AssertionError("a load path unpickled")
 

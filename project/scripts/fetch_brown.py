@@ -22,7 +22,6 @@ kept).
 import hashlib
 import subprocess
 import tarfile
-import tempfile
 from pathlib import Path
 from typing import Iterator, List, Tuple
 
