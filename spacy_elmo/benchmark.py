@@ -25,38 +25,17 @@ import numpy
 import torch
 
 from .bilm import BiLM, BiLMOptions
+from .bilm.options import PUBLISHED_SHAPES, published_options  # noqa: F401 (re-exported for the benchmarks)
 from .bilm.int8 import int8_supported
 from .bilm.model import bf16_supported
 
-_CNN = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
-
-#: The three published shapes (bilm-tf / AllenNLP), with the reference
-#: implementation's tokens/s on this machine kind as given in issue #5
-#: (2 cores, torch 2.13 CPU, 256 sentences of 5-40 tokens, batch 32).
+#: The reference implementation's tokens/s for each published shape on this
+#: machine kind, as given in issue #5 (2 cores, torch 2.13 CPU, 256 sentences
+#: of 5-40 tokens, batch 32): what "x reference" divides by.
+REFERENCE_TOKENS_PER_S = {"small": 674, "medium": 482, "original": 216}
 PUBLISHED: Dict[str, Dict] = {
-    "small": {"lstm": (1024, 128), "n_highway": 1, "reference_tokens_per_s": 674},
-    "medium": {"lstm": (2048, 256), "n_highway": 1, "reference_tokens_per_s": 482},
-    "original": {"lstm": (4096, 512), "n_highway": 2, "reference_tokens_per_s": 216},
+    name: {**shape, "reference_tokens_per_s": REFERENCE_TOKENS_PER_S[name]} for name, shape in PUBLISHED_SHAPES.items()
 }
-
-
-def published_options(name: str) -> BiLMOptions:
-    """Options of a published shape: ``small``, ``medium`` or ``original``."""
-    shape = PUBLISHED[name]
-    dim, proj = shape["lstm"]
-    return BiLMOptions.from_dict(
-        {
-            "lstm": {"dim": dim, "projection_dim": proj, "n_layers": 2, "cell_clip": 3, "proj_clip": 3, "use_skip_connections": True},
-            "char_cnn": {
-                "filters": _CNN,
-                "n_highway": shape["n_highway"],
-                "embedding": {"dim": 16},
-                "activation": "relu",
-                "n_characters": 262,
-                "max_characters_per_token": 50,
-            },
-        }
-    )
 
 
 def flops_per_position(options: BiLMOptions) -> int:

@@ -16,7 +16,7 @@ from pretrain_helpers import distributed_worker, make_lines, tiny_config, write_
 
 from spacy_elmo import BiLM  # noqa: E402
 from spacy_elmo.bilm.chars import batch_to_char_ids  # noqa: E402
-from spacy_elmo.bilm.lm_head import LMHead, default_cutoffs  # noqa: E402
+from spacy_elmo.pretrain.lm_head import LMHead, default_cutoffs  # noqa: E402
 from spacy_elmo.pretrain import PretrainConfig, Vocab, export, load_checkpoint, pretrain, read_corpus  # noqa: E402
 from spacy_elmo.pretrain.trainer import PretrainModel, epoch_batches, read_log, unigram_perplexity  # noqa: E402
 from spacy_elmo.bilm.options import BiLMOptions  # noqa: E402

@@ -336,3 +336,36 @@ class BiLMOptions:
 
     def to_file(self, path: Union[str, Path]) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+
+_PUBLISHED_CNN = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
+
+#: The three published architectures (bilm-tf / AllenNLP): LSTM cell and
+#: projection sizes and highway layers; all share the char-CNN above, 2 LSTM
+#: layers, clipping at 3 and skip connections.
+PUBLISHED_SHAPES: Dict[str, Dict[str, Any]] = {
+    "small": {"lstm": (1024, 128), "n_highway": 1},
+    "medium": {"lstm": (2048, 256), "n_highway": 1},
+    "original": {"lstm": (4096, 512), "n_highway": 2},
+}
+
+
+def published_options(name: str) -> "BiLMOptions":
+    """Options of a published shape: ``small``, ``medium`` or ``original``."""
+    if name not in PUBLISHED_SHAPES:
+        raise OptionsError(f"unknown published shape {name!r}: one of {sorted(PUBLISHED_SHAPES)}")
+    shape = PUBLISHED_SHAPES[name]
+    dim, proj = shape["lstm"]
+    return BiLMOptions.from_dict(
+        {
+            "lstm": {"dim": dim, "projection_dim": proj, "n_layers": 2, "cell_clip": 3, "proj_clip": 3, "use_skip_connections": True},
+            "char_cnn": {
+                "filters": _PUBLISHED_CNN,
+                "n_highway": shape["n_highway"],
+                "embedding": {"dim": 16},
+                "activation": "relu",
+                "n_characters": 262,
+                "max_characters_per_token": 50,
+            },
+        }
+    )

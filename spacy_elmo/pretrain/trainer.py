@@ -3,7 +3,7 @@
 What is trained is exactly the inference model, :class:`spacy_elmo.bilm.BiLM`
 (char-CNN shared by both directions, separate forward and backward LSTM
 stacks), plus one adaptive softmax shared by both directions
-(:class:`spacy_elmo.bilm.lm_head.LMHead`).
+(:class:`spacy_elmo.pretrain.lm_head.LMHead`).
 
 **Stateless training.** Every sentence (or window of at most ``max_tokens``
 tokens) starts from a zero LSTM state, in both directions, and sentences are
@@ -48,7 +48,7 @@ import torch
 from torch import nn
 
 from ..bilm.chars import boundary_char_ids, token_char_ids
-from ..bilm.lm_head import LMHead, default_cutoffs
+from .lm_head import LMHead, default_cutoffs
 from ..bilm.model import BiLM
 from ..bilm.options import BiLMOptions
 from . import distributed as D
@@ -286,10 +286,10 @@ def _load_options(config: PretrainConfig) -> BiLMOptions:
             )
         return init_options
     if config.shape is not None:
-        from ..benchmark import PUBLISHED, published_options
+        from ..bilm.options import PUBLISHED_SHAPES, published_options
 
-        if config.shape not in PUBLISHED:
-            raise ValueError(f"shape must be one of {sorted(PUBLISHED)}, found {config.shape!r}")
+        if config.shape not in PUBLISHED_SHAPES:
+            raise ValueError(f"shape must be one of {sorted(PUBLISHED_SHAPES)}, found {config.shape!r}")
         return published_options(config.shape)
     return BiLMOptions.from_file(config.options)  # type: ignore[arg-type]
 
