@@ -32,6 +32,17 @@ from .packed import PackCache, PackedFP32Linear, packing_pays, packing_supported
 State = Tuple[torch.Tensor, torch.Tensor]  # h (2, B, proj), c (2, B, cell)
 
 
+def _autocast_on(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` (torch >= 2.4 takes the
+    device type; older versions have one query per device)."""
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:
+        if device_type == "cpu":
+            return torch.is_autocast_cpu_enabled()
+        return torch.is_autocast_enabled()
+
+
 class BiProjectedLSTMLayer(nn.Module):
     #: CPU inference packs the weights with oneDNN (see :mod:`.packed`) when a
     #: recurrent weight has at least this many elements (8 MB in float32: the
@@ -128,7 +139,7 @@ class BiProjectedLSTMLayer(nn.Module):
             # Autocast (mixed-precision training) casts op by op, which the
             # hand-written backward does not: those runs take the autograd
             # recurrence, as does a differentiable initial state.
-            if state[0].requires_grad or state[1].requires_grad or torch.is_autocast_enabled(xw.device.type):
+            if state[0].requires_grad or state[1].requires_grad or _autocast_on(xw.device.type):
                 return self._recur_autograd(xw, n_active, state)
             return projected_lstm(
                 xw, self.weight_hh, self.weight_proj, state, n_active, self.cell_clip, self.proj_clip
