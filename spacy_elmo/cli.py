@@ -104,7 +104,7 @@ def pretrain(
     output: Path = typer.Option(..., "--output", "-o", help="Output directory: config, vocab, options, log.jsonl, checkpoints/, export/, learning_curve.png"),
     options: Optional[Path] = typer.Option(None, help="biLM options JSON (model sizes)"),
     shape: Optional[str] = typer.Option(None, help="Published shape instead of --options: small, medium or original"),
-    init: Optional[Path] = typer.Option(None, help="Start from an exported model directory (weights.hdf5, options.json; vocab.txt and softmax.pt are used when there): continue or adapt it"),
+    init: Optional[Path] = typer.Option(None, help="Start from an exported model directory (weights.hdf5, options.json; vocab.txt and softmax.hdf5 are used when there): continue or adapt it"),
     dev: List[Path] = typer.Option([], help="Held-out text (repeatable); default: --dev-fraction of the training windows"),
     lang: str = typer.Option("en", help="spaCy language whose tokenizer splits the text (spacy.blank(lang))"),
     max_tokens: int = typer.Option(100, help="Longer lines are cut into windows of at most this many tokens"),

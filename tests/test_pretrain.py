@@ -328,7 +328,7 @@ def test_cli_pretrain_and_export(tmp_path):
     assert "held-out perplexity" in result.output
     result = runner.invoke(app, ["export", str(tmp_path / "run"), str(tmp_path / "exp")])
     assert result.exit_code == 0, result.output
-    assert {p.name for p in (tmp_path / "exp").iterdir()} == {"weights.hdf5", "options.json", "vocab.txt", "softmax.pt"}
+    assert {p.name for p in (tmp_path / "exp").iterdir()} == {"weights.hdf5", "options.json", "vocab.txt", "softmax.hdf5"}
     result = runner.invoke(app, ["pretrain", str(tmp_path / "nothing.txt"), "--output", str(tmp_path / "r2"), "--shape", "small"])
     assert result.exit_code == 2 and "corpus path not found" in result.output
 
@@ -498,7 +498,7 @@ def test_init_continues_an_exported_model_with_its_softmax(tmp_path):
     corpus = write_corpus(tmp_path, 60)
     pretrain(tiny_config(tmp_path, corpus, "first", max_steps=3), progress=False)
     exported = tmp_path / "first" / "export"
-    assert (exported / "softmax.pt").is_file()
+    assert (exported / "softmax.hdf5").is_file()
     saved = load_checkpoint(tmp_path / "first" / "checkpoints" / "last.pt")
 
     # The weights and the softmax of the export, exactly.

@@ -48,7 +48,7 @@ def test_add_pipe_with_no_configuration_loads_the_shipped_model(offline):
 
 
 def test_the_model_card_and_continuation_files_ship_with_it():
-    for name in ("weights.hdf5", "options.json", "vocab.txt", "softmax.pt", "MODEL_CARD.md", "history.jsonl"):
+    for name in ("weights.hdf5", "options.json", "vocab.txt", "softmax.hdf5", "MODEL_CARD.md", "history.jsonl"):
         assert (SHIPPED_MODEL_DIR / name).is_file(), name
     size = sum(p.stat().st_size for p in SHIPPED_MODEL_DIR.iterdir())
     assert size < 30 * 2**20
@@ -56,6 +56,16 @@ def test_the_model_card_and_continuation_files_ship_with_it():
     last = history[-1]
     assert last["dev_ppl"] < last["unigram_dev_ppl"] / 2  # far below the unigram baseline
     assert f"{last['dev_ppl']:.1f}" in (SHIPPED_MODEL_DIR / "MODEL_CARD.md").read_text(encoding="utf-8")
+    # The softmax that `pretrain --init` continues from fits the model and its vocabulary.
+    from spacy_elmo.pretrain.lm_head import LMHead
+    from spacy_elmo.pretrain.trainer import _load_softmax
+
+    options = json.loads((SHIPPED_MODEL_DIR / "options.json").read_text(encoding="utf-8"))
+    n_words = len((SHIPPED_MODEL_DIR / "vocab.txt").read_text(encoding="utf-8").splitlines())
+    head = LMHead(options["lstm"]["projection_dim"], n_words)
+    before = head.softmax.head.weight.detach().clone()
+    _load_softmax(SHIPPED_MODEL_DIR / "softmax.hdf5", head)
+    assert not head.softmax.head.weight.detach().equal(before)
 
 
 def test_contextual_layers_separate_word_senses(shipped):

@@ -5,7 +5,7 @@ with its model card.
         --corpus-stats corpus/pretrain/stats.json --command "..."
 
 Copies the run's export (``weights.hdf5``, ``options.json``, ``vocab.txt``,
-``softmax.pt``: the last two let ``pretrain --init`` continue the model) and
+``softmax.hdf5``: the last two let ``pretrain --init`` continue the model) and
 writes ``MODEL_CARD.md`` from the run's ``log.jsonl``: tokens seen, steps,
 wall time, held-out perplexities against the unigram baseline, the machine.
 A model replaces the shipped one only if its held-out perplexity (geometric
@@ -108,7 +108,7 @@ contextual English vectors offline.
 | shape | char-CNN filters {cnn['filters']} ({sum(n for _, n in cnn['filters'])} in all), {cnn['n_highway']} highway, char embedding {cnn['embedding']['dim']}; 2 x {lstm['n_layers']}-layer LSTM, cell {lstm['dim']}, projection {lstm['projection_dim']}, cell/projection clip {lstm.get('cell_clip')}/{lstm.get('proj_clip')}, skip connections |
 | output | {lstm['n_layers'] + 1} layers of {2 * lstm['projection_dim']} dimensions per token |
 | parameters | {current['parameters']:,} in training, of which the biLM shipped here is the part without the softmax |
-| softmax (training only) | adaptive, {current['vocab_size']:,} words (`vocab.txt`, `softmax.pt`: what `pretrain --init` continues from) |
+| softmax (training only) | adaptive, {current['vocab_size']:,} words (`vocab.txt`, `softmax.hdf5`: what `pretrain --init` continues from) |
 | files | `weights.hdf5` + `options.json` in the published bilm-tf/AllenNLP format |
 
 ## Training
@@ -202,7 +202,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         export(args.run, Path(tmp))
         args.target.mkdir(parents=True, exist_ok=True)
-        for name in ("weights.hdf5", "options.json", "vocab.txt", "softmax.pt"):
+        for name in ("weights.hdf5", "options.json", "vocab.txt", "softmax.hdf5"):
             shutil.copyfile(Path(tmp) / name, args.target / name)
     summary.pop("curve")
     history.append(summary)

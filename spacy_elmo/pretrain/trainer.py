@@ -801,16 +801,48 @@ def export(output_dir: Path, export_dir: Path, checkpoint: Optional[Path] = None
     Vocab(state["vocab"]).to_file(export_dir / "vocab.txt")
     head = {k[len("head."):]: v for k, v in state["model"].items() if k.startswith("head.")}
     cutoffs = state["config"].get("cutoffs") or default_cutoffs(len(state["vocab"]))
-    torch.save({"format": SOFTMAX_FORMAT, "cutoffs": torch.tensor(cutoffs), "state": head}, export_dir / "softmax.pt")
+    save_softmax(export_dir / "softmax.hdf5", head, cutoffs)
     return export_dir
 
 
 SOFTMAX_FORMAT = "spacy_elmo.pretrain.softmax/1"
 
 
+def save_softmax(path: Path, state: Dict[str, torch.Tensor], cutoffs: Sequence[int]) -> None:
+    """The adaptive softmax's weights as hdf5 (one dataset per parameter,
+    the format and cutoffs as attributes): plain arrays, nothing to unpickle."""
+    import h5py
+
+    with h5py.File(path, "w") as fout:
+        fout.attrs["format"] = SOFTMAX_FORMAT
+        fout.attrs["cutoffs"] = numpy.asarray(list(cutoffs), dtype=numpy.int64)
+        for name, value in state.items():
+            fout.create_dataset(name, data=value.detach().cpu().numpy())
+
+
+def _load_softmax(path: Path, head: LMHead) -> None:
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as fin:
+            if fin.attrs.get("format") != SOFTMAX_FORMAT:
+                raise ValueError("not a spacy_elmo softmax file")
+            cutoffs = [int(c) for c in fin.attrs["cutoffs"]]
+            state = {}
+            fin.visititems(lambda name, obj: state.__setitem__(name, torch.from_numpy(obj[()])) if isinstance(obj, h5py.Dataset) else None)
+    except (OSError, KeyError, ValueError) as err:
+        raise ValueError(f"cannot read {path}: {err}") from None
+    if cutoffs != list(head.cutoffs):
+        raise ValueError(f"{path} has cutoffs {cutoffs}, this run {head.cutoffs}; leave --cutoffs at the model's")
+    try:
+        head.load_state_dict(state)
+    except RuntimeError as err:
+        raise ValueError(f"{path} does not fit this run's softmax: {err}") from None
+
+
 def _init_from_export(model: "PretrainModel", init_dir: Path, vocab: Vocab) -> None:
     """Start from an exported model (``export`` or a published/shipped
-    model directory): its biLM weights, and its softmax (``softmax.pt``)
+    model directory): its biLM weights, and its softmax (``softmax.hdf5``)
     when it is there and was trained over the same vocabulary. Optimizer,
     schedule and step start afresh."""
     from ..bilm.weights import load_hdf5
@@ -819,25 +851,14 @@ def _init_from_export(model: "PretrainModel", init_dir: Path, vocab: Vocab) -> N
     if not weights.is_file():
         raise ValueError(f"--init {init_dir}: no weights.hdf5 there (give a directory written by `export`)")
     load_hdf5(model.bilm, weights)
-    softmax = init_dir / "softmax.pt"
+    softmax = init_dir / "softmax.hdf5"
     same_vocab = (init_dir / "vocab.txt").is_file() and Vocab.from_file(init_dir / "vocab.txt").words == vocab.words
     if softmax.is_file() and same_vocab:
-        try:
-            saved = torch.load(softmax, map_location="cpu", weights_only=True)
-        except Exception as err:
-            raise ValueError(f"cannot read {softmax} (weights_only): {err}") from None
-        if not isinstance(saved, dict) or saved.get("format") != SOFTMAX_FORMAT:
-            raise ValueError(f"{softmax} is not a spacy_elmo softmax file")
-        if [int(c) for c in saved["cutoffs"]] != list(model.head.cutoffs):
-            raise ValueError(
-                f"{softmax} has cutoffs {saved['cutoffs'].tolist()}, this run {model.head.cutoffs}; "
-                "leave --cutoffs at the model's"
-            )
-        model.head.load_state_dict(saved["state"])
+        _load_softmax(softmax, model.head)
         logger.info("initialised the biLM and the softmax from %s", init_dir)
     else:
         logger.info("initialised the biLM from %s (softmax trained afresh: %s)", init_dir,
-                    "no softmax.pt" if not softmax.is_file() else "another vocabulary")
+                    "no softmax.hdf5" if not softmax.is_file() else "another vocabulary")
 
 
 def _checkpoint_path(output_dir: Path, checkpoint: Optional[Path]) -> Path:
