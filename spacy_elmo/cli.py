@@ -260,6 +260,7 @@ def senses(
     options: Optional[Path] = typer.Option(None, help="biLM options JSON (default: options.json beside the weights)"),
     per_word: bool = typer.Option(False, "--per-word", help="Also print each word's accuracy per layer"),
     method: str = typer.Option("centroid", help="centroid: nearest sense centroid (the paper's method); 1nn: nearest other use"),
+    random_weights: bool = typer.Option(False, "--random-weights", help="The baseline: a biLM of the same shape with random weights (seed 0)"),
     batch_size: int = typer.Option(64, help="Sentences per batch"),
 ) -> None:
     """Word sense accuracy per biLM layer, leave-one-out within each word: each use
@@ -268,7 +269,15 @@ def senses(
     from .senses import format_table, load_bilm, sense_eval
 
     try:
-        rows = sense_eval(load_bilm(weights, options), data, batch_size=batch_size, method=method)
+        bilm = load_bilm(weights, options)
+        if random_weights:
+            import torch
+
+            from .bilm import BiLM
+
+            torch.manual_seed(0)
+            bilm = BiLM(bilm.options).eval()
+        rows = sense_eval(bilm, data, batch_size=batch_size, method=method)
     except ValueError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2)

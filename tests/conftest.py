@@ -78,3 +78,18 @@ def random_model(seed=0, **changes):
             p.uniform_(-0.5, 0.5)
         model.token_encoder.char_embedding.weight[0].zero_()
     return model
+
+
+#: Toy training data of spaCy's overfitting tests (tagger, NER, textcat).
+TAG_DATA = [
+    ("I like green eggs", {"tags": ["N", "V", "J", "N"]}),
+    ("Eat blue ham", {"tags": ["V", "J", "N"]}),
+]
+NER_DATA = [
+    ("Who is Shaka Khan?", {"entities": [(7, 17, "PERSON")]}),
+    ("I like London and Berlin.", {"entities": [(7, 13, "LOC"), (18, 24, "LOC")]}),
+]
+CAT_DATA = [
+    ("I'm so happy.", {"cats": {"POSITIVE": 1.0, "NEGATIVE": 0.0}}),
+    ("I'm so angry", {"cats": {"POSITIVE": 0.0, "NEGATIVE": 1.0}}),
+]

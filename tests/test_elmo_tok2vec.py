@@ -7,20 +7,8 @@ from spacy.util import fix_random_seed, registry
 
 from spacy_elmo import add_elmo, mix_weights
 
-from conftest import random_model
+from conftest import CAT_DATA, NER_DATA, TAG_DATA, random_model
 
-TAG_DATA = [
-    ("I like green eggs", {"tags": ["N", "V", "J", "N"]}),
-    ("Eat blue ham", {"tags": ["V", "J", "N"]}),
-]
-NER_DATA = [
-    ("Who is Shaka Khan?", {"entities": [(7, 17, "PERSON")]}),
-    ("I like London and Berlin.", {"entities": [(7, 13, "LOC"), (18, 24, "LOC")]}),
-]
-CAT_DATA = [
-    ("I'm so happy.", {"cats": {"POSITIVE": 1.0, "NEGATIVE": 0.0}}),
-    ("I'm so angry", {"cats": {"POSITIVE": 0.0, "NEGATIVE": 1.0}}),
-]
 
 
 def tok2vec(width=32, output_width=0, **kwargs):

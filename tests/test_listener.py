@@ -13,22 +13,10 @@ from spacy.util import fix_random_seed
 from spacy_elmo import add_elmo, mix_weights
 from spacy_elmo.layers.scalar_mix import ScalarMix
 
-from conftest import random_model
+from conftest import CAT_DATA, NER_DATA, TAG_DATA, random_model
 
 CONFIGS = Path(__file__).parent.parent / "configs"
 
-TAG_DATA = [
-    ("I like green eggs", {"tags": ["N", "V", "J", "N"]}),
-    ("Eat blue ham", {"tags": ["V", "J", "N"]}),
-]
-NER_DATA = [
-    ("Who is Shaka Khan?", {"entities": [(7, 17, "PERSON")]}),
-    ("I like London and Berlin.", {"entities": [(7, 13, "LOC"), (18, 24, "LOC")]}),
-]
-CAT_DATA = [
-    ("I'm so happy.", {"cats": {"POSITIVE": 1.0, "NEGATIVE": 0.0}}),
-    ("I'm so angry", {"cats": {"POSITIVE": 0.0, "NEGATIVE": 1.0}}),
-]
 
 
 def listener(width=32, **kwargs):

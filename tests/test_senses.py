@@ -181,4 +181,6 @@ def test_cli(tmp_path, parity_paths, monkeypatch):
     data.write_text("".join(json.dumps(it) + "\n" for it in STUB_DATA), encoding="utf-8")
     result = runner.invoke(app, ["senses", "--data", str(data)] + weights)
     assert result.exit_code == 0, result.output
+    baseline = runner.invoke(app, ["senses", "--data", str(data), "--random-weights"] + weights)
+    assert baseline.exit_code == 0 and baseline.output != result.output, baseline.output
     assert "50.0%" in result.output.splitlines()[1] and " 24 " in result.output and "mean" in result.output
