@@ -448,7 +448,8 @@ def test_torchrun_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
     proc.wait(timeout=60)
     stopped = [r for r in read_log(log) if r["event"] == "stopped"]
     assert stopped and 50 <= stopped[0]["step"] < 300
-    subprocess.run(command("split", "--resume"), env=env, check=True, capture_output=True, timeout=240)
+    resumed = subprocess.run(command("split", "--resume"), env=env, capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
     full, split = _state(tmp_path / "full"), _state(tmp_path / "split")
     assert full["step"] == split["step"] == 300
     for name, value in full["model"].items():
