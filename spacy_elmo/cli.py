@@ -282,3 +282,30 @@ def senses(
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2)
     typer.echo(format_table(rows, per_word=per_word))
+
+
+@app.command()
+def perplexity(
+    texts: List[Path] = typer.Argument(..., help="Held-out text: files (one sentence or paragraph a line) or directories, read as `pretrain` reads them"),
+    model: Optional[str] = typer.Option(None, help="An exported model directory with vocab.txt and softmax.hdf5 beside the weights (default: the shipped English biLM)"),
+    lang: str = typer.Option("en", help="Language of spaCy's blank tokenizer"),
+    max_tokens: int = typer.Option(64, help="Window length in tokens, as in pretraining (the shipped model: 64)"),
+    batch_size: int = typer.Option(128, help="Windows per batch"),
+) -> None:
+    """Held-out perplexity (forward, backward, geometric mean) of a biLM's language
+    models on TEXTS: how well a model, or one adapted with `pretrain --init`,
+    predicts text of your domain."""
+    from . import hub
+    from .pretrain.errors import PretrainError
+    from .pretrain.perplexity import perplexity as held_out
+
+    try:
+        directory = Path(model) if model else hub.SHIPPED_MODEL_DIR
+        result = held_out(directory, texts, lang=lang, max_tokens=max_tokens, batch_size=batch_size)
+    except (PretrainError, ValueError, OSError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2)
+    typer.echo(
+        f"perplexity forward {result['ppl_forward']:.2f}, backward {result['ppl_backward']:.2f}, "
+        f"mean {result['ppl']:.2f} over {result['tokens']:,} tokens ({100 * result['unk_fraction']:.1f}% <UNK>)"
+    )
