@@ -16,13 +16,15 @@ Reads ``METRICS/<task>/<system>/f<fraction>_s<seed>.json`` (written by
 - ``mixes.png``: s_j per layer and gamma, per task, system and mix;
 - ``curves.png``: dev score against step and against training seconds, for
   the first seed at 100%, per task and system;
-- ``summary.json``: the aggregated numbers.
+- ``summary.json``: the aggregated numbers;
+- with ``--trend DIR`` (``trend.py``'s output): the task score against the
+  biLM's held-out perplexity, a table and ``trend.png``.
 """
 import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import typer
 
@@ -44,6 +46,8 @@ EXTRA_SCORES = {"ner": [("ents_p", "P"), ("ents_r", "R")], "sentiment": [("cats_
 def load(metrics: Path) -> List[dict]:
     runs = []
     for path in sorted(metrics.glob("*/*/*.json")):
+        if path.parts[-3] not in TASKS:  # e.g. metrics/trend/<label>/bilm.json
+            continue
         runs.append(json.loads(path.read_text(encoding="utf-8")))
     return runs
 
@@ -204,11 +208,69 @@ def plots(grid: Dict, output: Path) -> List[str]:
     return written
 
 
+def trend_section(trend: Path, grid: Dict, output: Path) -> List[str]:
+    """Task score per biLM, ordered by held-out perplexity, with the main
+    grid's baseline at the same task and fraction for reference."""
+    rows = []
+    for info_path in sorted(trend.glob("*/bilm.json")):
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+        for run_dir in sorted(p for p in info_path.parent.glob("*/*") if p.is_dir()):
+            runs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(run_dir.glob("*.json"))]
+            by_fraction = defaultdict(list)
+            for run in runs:
+                by_fraction[run["fraction"]].append(run)
+            for fraction, rs in by_fraction.items():
+                task, system = rs[0]["task"], rs[0]["system"]
+                rows.append((info, task, system, fraction, mean_sd([r["test"].get(TASKS[task][1]) for r in rs])))
+    if not rows:
+        return []
+    rows.sort(key=lambda row: (row[1], row[2], row[3], -row[0]["ppl"]))
+    lines = ["## Task score against biLM quality", "",
+             "The same system, task, data slice and budget with biLMs of different held-out perplexity "
+             "(`python -m spacy_elmo perplexity` on the pretraining corpus's held-out text); "
+             "the baseline row is spaCy's tok2vec on the same slice.", "",
+             "| task | system | data | biLM | held-out perplexity | test score |", "|---|---|---|---|---|---|"]
+    for info, task, system, fraction, (mean, sd, n) in rows:
+        lines.append(f"| {task} | {SYSTEM_NAMES.get(system, system)} | {fraction:g}% | {info['label']} | "
+                     f"{info['ppl']:.1f} | {fmt(mean, sd, n)} |")
+    for task, fraction in sorted({(row[1], row[3]) for row in rows}):
+        base = grid.get(task, {}).get("baseline", {}).get(fraction, [])
+        if base:
+            lines.append(f"| {task} | {SYSTEM_NAMES['baseline']} | {fraction:g}% | – | – | "
+                         f"{fmt(*mean_sd([r['test'].get(TASKS[task][1]) for r in base]))} |")
+    lines.append("")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for task, system, fraction in sorted({(row[1], row[2], row[3]) for row in rows}):
+        points = sorted((row[0]["ppl"], row[4]) for row in rows if row[1:4] == (task, system, fraction))
+        xs = [p for p, _ in points]
+        ax.errorbar(xs, [100 * m for _, (m, _, _) in points], yerr=[100 * sd for _, (_, sd, _) in points],
+                    marker="o", capsize=3, label=f"{task} {fraction:g}%, {SYSTEM_NAMES.get(system, system)}")
+        base = grid.get(task, {}).get("baseline", {}).get(fraction, [])
+        if base:
+            mean = mean_sd([r["test"].get(TASKS[task][1]) for r in base])[0]
+            ax.axhline(100 * mean, linestyle="--", color="grey", label=f"{task} {fraction:g}%, {SYSTEM_NAMES['baseline']}")
+    ax.set_xscale("log")
+    ax.invert_xaxis()
+    ax.set_xlabel("biLM held-out perplexity (log scale, better to the right)")
+    ax.set_ylabel("test score")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(output / "trend.png", dpi=110)
+    plt.close(fig)
+    return lines + ["![trend.png](trend.png)", ""]
+
+
 def main(
     metrics: Path = typer.Argument(..., help="Directory of run metrics (run_grid.py's --metrics-dir)"),
     output: Path = typer.Argument(..., help="Where to write README.md and the plots"),
     title: str = typer.Option("ELMo vs tok2vec vs a small transformer", help="Report title"),
     note: str = typer.Option("", help="A line under the title (e.g. which biLM weights)"),
+    trend: Optional[Path] = typer.Option(None, help="trend.py's metrics directory: add the score-against-perplexity section"),
 ) -> None:
     runs = load(metrics)
     if not runs:
@@ -248,6 +310,8 @@ def main(
         lines.append("")
     for png in written:
         lines += [f"![{png}]({png})", ""]
+    if trend is not None and trend.exists():
+        lines += trend_section(trend, grid, output)
     (output / "README.md").write_text("\n".join(lines), encoding="utf-8")
     summary = {task: {system: {str(f): {"n": len(rs), "test": mean_sd([r["test"].get(TASKS[task][1]) for r in rs])[:2]}
                                for f, rs in fr.items()} for system, fr in sy.items()} for task, sy in grid.items()}
