@@ -18,7 +18,10 @@ from spacy_elmo import BiLM  # noqa: E402
 from spacy_elmo.bilm.chars import batch_to_char_ids  # noqa: E402
 from spacy_elmo.pretrain.lm_head import LMHead, default_cutoffs  # noqa: E402
 from spacy_elmo.pretrain import PretrainConfig, Vocab, export, load_checkpoint, pretrain, read_corpus  # noqa: E402
-from spacy_elmo.pretrain.trainer import PretrainModel, epoch_batches, read_log, unigram_perplexity  # noqa: E402
+from spacy_elmo.pretrain.batches import epoch_batches  # noqa: E402
+from spacy_elmo.pretrain.model import PretrainModel  # noqa: E402
+from spacy_elmo.pretrain.prepare import unigram_perplexity  # noqa: E402
+from spacy_elmo.pretrain.runlog import read_log  # noqa: E402
 from spacy_elmo.bilm.options import BiLMOptions  # noqa: E402
 from conftest import small_options  # noqa: E402
 
@@ -483,6 +486,27 @@ def test_corpus_cache_round_trip_and_invalidation(tmp_path):
     assert read_corpus([text], max_tokens=4, cache_dir=cache).types == changed.types
 
 
+def test_checkpoint_contents_are_stable(tmp_path):
+    """Runs in progress are resumed by newer code: a checkpoint's keys and
+    its config's fields are the format (a new config field would make every
+    older checkpoint refuse to resume)."""
+    corpus = write_corpus(tmp_path, 60)
+    pretrain(tiny_config(tmp_path, corpus, max_steps=2), progress=False)
+    state = _state(tmp_path / "out")
+    assert state["format"] == "spacy_elmo.pretrain.checkpoint/1"
+    assert set(state) == {
+        "format", "step", "epoch", "batch_in_epoch", "tokens_seen", "world_size", "config", "options", "vocab",
+        "corpus_sha256", "model", "optimizer", "scheduler", "scaler", "rng",
+    }
+    assert list(state["config"]) == [
+        "train", "output", "dev", "options", "shape", "init", "lang", "max_tokens", "max_line_chars", "strict",
+        "vocab", "vocab_size", "min_count", "cutoffs", "dev_fraction", "max_dev_windows", "batch_size", "max_steps",
+        "optimizer", "lr", "warmup_steps", "schedule", "clip_norm", "dropout", "seed", "log_every", "eval_every",
+        "checkpoint_every", "device", "precision",
+    ]
+    assert set(state["rng"][0]) == {"torch"} and state["step"] == 2 and state["world_size"] == 1
+
+
 def test_resume_can_lengthen_a_run(tmp_path):
     corpus = write_corpus(tmp_path, 60)
     pretrain(tiny_config(tmp_path, corpus, max_steps=2), progress=False)
@@ -493,7 +517,7 @@ def test_resume_can_lengthen_a_run(tmp_path):
 
 
 def test_init_continues_an_exported_model_with_its_softmax(tmp_path):
-    from spacy_elmo.pretrain.trainer import PretrainModel, _init_from_export
+    from spacy_elmo.pretrain.export import init_from_export
     from spacy_elmo.pretrain.vocab import Vocab
 
     corpus = write_corpus(tmp_path, 60)
@@ -508,7 +532,7 @@ def test_init_continues_an_exported_model_with_its_softmax(tmp_path):
     from spacy_elmo.bilm.options import BiLMOptions
 
     model = PretrainModel(BiLMOptions.from_dict(options), len(vocab))
-    _init_from_export(model, exported, vocab)
+    init_from_export(model, exported, vocab)
     for name, value in model.state_dict().items():
         assert torch.allclose(value, saved["model"][name], atol=1e-7), name
 
@@ -536,11 +560,11 @@ def test_default_eval_interval_gives_a_curve_for_short_runs(tmp_path):
 
 
 def test_busy_machine_warning(monkeypatch):
-    from spacy_elmo.pretrain import trainer
+    from spacy_elmo.pretrain import preflight
 
-    monkeypatch.setattr(trainer.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(trainer.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
-    assert "--threads 1" in trainer.busy_machine_warning(2)
-    assert trainer.busy_machine_warning(1) is None
-    monkeypatch.setattr(trainer.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
-    assert trainer.busy_machine_warning(2) is None
+    monkeypatch.setattr(preflight.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(preflight.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
+    assert "--threads 1" in preflight.busy_machine_warning(2)
+    assert preflight.busy_machine_warning(1) is None
+    monkeypatch.setattr(preflight.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert preflight.busy_machine_warning(2) is None

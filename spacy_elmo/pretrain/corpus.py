@@ -120,7 +120,7 @@ class Corpus:
         order (the type strings and each window's type ids). Two corpora
         give the same fingerprint exactly when they give the same training
         windows, wherever their files lie; a resume compares it with the
-        checkpoint's (see :func:`spacy_elmo.pretrain.trainer._check_resume_data`)."""
+        checkpoint's (see :func:`spacy_elmo.pretrain.checkpoint.check_resume_data`)."""
         if self._flat is None or self._offsets is None:
             self.finalize()
         digest = hashlib.sha256()
