@@ -486,6 +486,105 @@ def test_corpus_cache_round_trip_and_invalidation(tmp_path):
     assert read_corpus([text], max_tokens=4, cache_dir=cache).types == changed.types
 
 
+def _cache_file(cache):
+    files = list(cache.glob("corpus-*.npz"))
+    assert len(files) == 1, files
+    return files[0]
+
+
+def _windows(corpus):
+    return [corpus.window(i).tolist() for i in range(len(corpus))]
+
+
+def test_an_inconsistent_corpus_cache_is_rebuilt_with_a_warning(tmp_path, caplog):
+    """A cache that unzips but does not hold a whole corpus (a truncated
+    write, another version's file) must not give wrong windows."""
+    import logging
+
+    from spacy_elmo.pretrain.corpus import read_corpus
+
+    text = write_corpus(tmp_path, 40)
+    cache = tmp_path / "cache"
+    fresh = read_corpus([text], max_tokens=4, cache_dir=cache)
+    path = _cache_file(cache)
+    with numpy.load(path, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    arrays["flat"] = arrays["flat"][: len(arrays["flat"]) // 2]  # half the tokens lost
+    with open(path, "wb") as fout:
+        numpy.savez(fout, **arrays)
+    with caplog.at_level(logging.WARNING, logger="spacy_elmo.pretrain.corpus"):
+        again = read_corpus([text], max_tokens=4, cache_dir=cache)
+    assert "ignoring the corpus cache" in caplog.text
+    assert _windows(again) == _windows(fresh) and again.fingerprint() == fresh.fingerprint()
+    assert _windows(read_corpus([text], max_tokens=4, cache_dir=cache)) == _windows(fresh)  # rewritten whole
+
+
+def test_a_failed_corpus_cache_write_costs_a_warning_and_leaves_no_temporary_file(tmp_path, monkeypatch, caplog):
+    import logging
+
+    from spacy_elmo.pretrain import corpus as corpus_module
+
+    text = write_corpus(tmp_path, 40)
+    cache = tmp_path / "cache"
+
+    def savez(fout, **arrays):
+        fout.write(b"PK\x03\x04 half a zip")
+        raise RuntimeError("disk full half-way")
+
+    monkeypatch.setattr(corpus_module.numpy, "savez", savez)
+    with caplog.at_level(logging.WARNING, logger="spacy_elmo.pretrain.corpus"):
+        read = corpus_module.read_corpus([text], max_tokens=4, cache_dir=cache)
+    assert len(read) > 0 and "could not write the corpus cache" in caplog.text
+    assert list(cache.iterdir()) == []
+
+
+def test_only_the_writing_rank_writes_the_corpus_cache(tmp_path):
+    from spacy_elmo.pretrain.corpus import read_corpus
+
+    text = write_corpus(tmp_path, 40)
+    cache = tmp_path / "cache"
+    read_corpus([text], max_tokens=4, cache_dir=cache, write_cache=False)  # torchrun rank > 0
+    assert not cache.exists() or not list(cache.iterdir())
+    first = read_corpus([text], max_tokens=4, cache_dir=cache)  # rank 0
+    assert _windows(read_corpus([text], max_tokens=4, cache_dir=cache, write_cache=False)) == _windows(first)
+
+
+def test_concurrent_corpus_cache_writes_never_expose_a_partial_file(tmp_path):
+    """Writers of one cache file at once (threads share a pid, as processes
+    on two machines sharing the output can): every read sees a whole file."""
+    import threading
+
+    from spacy_elmo.pretrain.corpus import load_corpus, read_corpus, save_corpus
+
+    text = write_corpus(tmp_path, 400)
+    corpus = read_corpus([text], max_tokens=4)
+    path = tmp_path / "cache" / "corpus.npz"
+    save_corpus(corpus, path)
+    errors = []
+
+    def write():
+        try:
+            for _ in range(5):
+                save_corpus(corpus, path)
+        except Exception as err:  # noqa: BLE001 - any failure is the finding
+            errors.append(err)
+
+    def read():
+        try:
+            for _ in range(10):
+                assert load_corpus(path).fingerprint() == corpus.fingerprint()
+        except Exception as err:  # noqa: BLE001
+            errors.append(err)
+
+    threads = [threading.Thread(target=f) for f in (write, write, write, read)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert [p.name for p in path.parent.iterdir()] == ["corpus.npz"]
+
+
 def test_checkpoint_contents_are_stable(tmp_path):
     """Runs in progress are resumed by newer code: a checkpoint's keys and
     its config's fields are the format (a new config field would make every

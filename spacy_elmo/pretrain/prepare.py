@@ -37,11 +37,14 @@ class RunData:
 
 def read_corpora(config: PretrainConfig, cache_dir: Path, info: D.DistInfo) -> Tuple[Corpus, Corpus]:
     """The training corpus and the held-out one (the same object when the
-    held-out windows are split off the training text)."""
+    held-out windows are split off the training text). Every rank reads the
+    cache or tokenises; only rank 0 writes the cache, so ranks never write
+    one file at once (and no rank waits at a barrier while another
+    tokenises for longer than the process group's timeout)."""
     def read(paths: List[str]) -> Corpus:
         return read_corpus(
             paths, config.lang, config.max_tokens, config.max_line_chars, config.strict,
-            cache_dir=cache_dir,
+            cache_dir=cache_dir, write_cache=info.is_main,
         )
 
     corpus = read(config.train)
