@@ -336,11 +336,25 @@ def test_cli_pretrain_and_export(tmp_path):
     assert result.exit_code == 2 and "corpus path not found" in result.output
 
 
+def _torchrun(command, env, timeout, **kw):
+    """Run torchrun in a session of its own; on a timeout, kill the whole
+    session: killing the agent alone leaves its workers running, eating
+    the CPU of the tests that follow."""
+    import subprocess
+
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"torchrun ran over {timeout} s: {command}\n{err[-3000:]}")
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
 def test_torchrun_two_processes_from_the_command_line(tmp_path):
     """The documented multi-process command: ``torchrun --standalone
     --nproc_per_node=2 -m spacy_elmo pretrain ...`` (gloo on CPU)."""
-    import subprocess
-
     import spacy_elmo
 
     corpus = write_corpus(tmp_path, 400)
@@ -348,11 +362,11 @@ def test_torchrun_two_processes_from_the_command_line(tmp_path):
     options.write_text(json.dumps(small_options()), encoding="utf-8")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(spacy_elmo.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
     env["OMP_NUM_THREADS"] = "1"
-    result = subprocess.run(
+    result = _torchrun(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "spacy_elmo", "pretrain",
          str(corpus), "-o", str(tmp_path / "run"), "--options", str(options), "--max-steps", "60", "--batch-size", "8",
          "--dev-fraction", "0.1", "--eval-every", "30", "--log-every", "10", "--lr", "0.01", "--threads", "1", "--no-progress"],
-        env=env, capture_output=True, text=True, timeout=240,
+        env, timeout=240,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("held-out perplexity") == 1  # rank 0 only
@@ -439,8 +453,10 @@ def test_torchrun_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
                 "--batch-size", "8", "--dropout", "0.2", "--threads", "1", "--no-progress", "--log-every", "10",
                 "--eval-every", "100000", "--checkpoint-every", "100000", *extra]
 
-    subprocess.run(command("full"), env=env, check=True, capture_output=True, timeout=240)
-    proc = subprocess.Popen(command("split"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    full = _torchrun(command("full"), env, timeout=240)
+    assert full.returncode == 0, full.stderr[-3000:]
+    split_err = open(tmp_path / "split.stderr", "w")
+    proc = subprocess.Popen(command("split"), env=env, stdout=subprocess.DEVNULL, stderr=split_err, start_new_session=True)
     log = tmp_path / "split" / "log.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
@@ -448,10 +464,15 @@ def test_torchrun_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
             break
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=60)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    split_err.close()
     stopped = [r for r in read_log(log) if r["event"] == "stopped"]
-    assert stopped and 50 <= stopped[0]["step"] < 300
-    resumed = subprocess.run(command("split", "--resume"), env=env, capture_output=True, text=True, timeout=240)
+    assert stopped and 50 <= stopped[0]["step"] < 300, (tmp_path / "split.stderr").read_text()[-3000:]
+    resumed = _torchrun(command("split", "--resume"), env, timeout=240)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     full, split = _state(tmp_path / "full"), _state(tmp_path / "split")
     assert full["step"] == split["step"] == 300
