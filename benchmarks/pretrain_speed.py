@@ -60,7 +60,8 @@ def main() -> None:
     from spacy_elmo.benchmark import flops_per_position, matmul_peak, published_options
     from spacy_elmo.bilm.options import BiLMOptions
     from spacy_elmo.pretrain.corpus import Corpus
-    from spacy_elmo.pretrain.trainer import Batcher, PretrainModel, epoch_batches
+    from spacy_elmo.pretrain.batches import Batcher, epoch_batches
+    from spacy_elmo.pretrain.model import PretrainModel
     from spacy_elmo.pretrain.vocab import Vocab
 
     sentences = sentences_from(args)

@@ -1,7 +1,7 @@
 """Command line: ``python -m spacy_elmo COMMAND`` (typer)."""
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -98,53 +98,81 @@ def main() -> None:
     app()
 
 
+def _setting(name: str, *flags: str, argument: bool = False) -> Any:
+    """The option (or argument) for the PretrainConfig field ``name``, with
+    the field's default and help: the dataclass is their one source."""
+    from dataclasses import MISSING
+
+    from .pretrain.config import PretrainConfig
+
+    setting = PretrainConfig.setting(name)
+    if setting.default_factory is not MISSING:
+        default = setting.default_factory()
+    else:
+        default = ... if setting.default is MISSING else setting.default
+    make = typer.Argument if argument else typer.Option
+    return make(default, *flags, help=setting.metadata["help"])
+
+
+def _config_value(value: Any) -> Any:
+    """Paths as the strings config.json holds."""
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, list):
+        return [_config_value(v) for v in value]
+    return value
+
+
 @app.command()
 def pretrain(
-    train: List[Path] = typer.Argument(..., help="Training text: files (one sentence or paragraph a line, UTF-8), directories (read recursively) or .spacy files"),
-    output: Path = typer.Option(..., "--output", "-o", help="Output directory: config, vocab, options, log.jsonl, checkpoints/, export/, learning_curve.png"),
-    options: Optional[Path] = typer.Option(None, help="biLM options JSON (model sizes)"),
-    shape: Optional[str] = typer.Option(None, help="Published shape instead of --options: small, medium or original"),
-    init: Optional[Path] = typer.Option(None, help="Start from an exported model directory (weights.hdf5, options.json; vocab.txt and softmax.hdf5 are used when there): continue or adapt it"),
-    dev: List[Path] = typer.Option([], help="Held-out text (repeatable); default: --dev-fraction of the training windows"),
-    lang: str = typer.Option("en", help="spaCy language whose tokenizer splits the text (spacy.blank(lang))"),
-    max_tokens: int = typer.Option(100, help="Longer lines are cut into windows of at most this many tokens"),
-    vocab: Optional[Path] = typer.Option(None, help="Use this vocabulary file (one word a line, <S> </S> <UNK> first) instead of building one"),
-    vocab_size: int = typer.Option(50_000, help="Largest vocabulary built from the corpus (specials included)"),
-    min_count: int = typer.Option(1, help="Words rarer than this become <UNK>"),
-    cutoffs: Optional[str] = typer.Option(None, help="Adaptive-softmax cluster boundaries, e.g. 2000,20000 (default by vocab size)"),
-    dev_fraction: float = typer.Option(0.01, help="Fraction of windows held out when no --dev is given (at most 2000)"),
-    batch_size: int = typer.Option(32, help="Windows per batch and process"),
-    max_steps: int = typer.Option(10_000, help="Optimizer steps"),
-    optimizer: str = typer.Option("adam", help="adam or adagrad"),
-    lr: Optional[float] = typer.Option(None, help="Learning rate (default: adam 1e-3, adagrad 0.2)"),
-    warmup_steps: int = typer.Option(0, help="Linear warm-up steps"),
-    schedule: str = typer.Option("linear", help="After warm-up: linear (decay to 0 at max-steps) or constant"),
-    clip_norm: float = typer.Option(10.0, help="Global gradient-norm clipping"),
-    dropout: float = typer.Option(0.1, help="Dropout on LSTM inputs and the top layer"),
-    seed: int = typer.Option(0, help="Seed of the weights, the data order and the held-out split"),
-    log_every: int = typer.Option(10, help="Log training loss every N steps"),
-    eval_every: Optional[int] = typer.Option(None, help="Held-out perplexity every N steps (default: max-steps/20, 50..1000)"),
-    checkpoint_every: int = typer.Option(1000, help="Checkpoint every N steps (and on SIGTERM/SIGINT, and at the end)"),
-    device: str = typer.Option("cpu", help="cpu, cuda or cuda:N"),
-    precision: str = typer.Option("fp32", help="fp32, bf16 (autocast) or fp16 (autocast + GradScaler, CUDA only)"),
-    strict: bool = typer.Option(False, help="Fail on bad input (binary/empty files, bad UTF-8, huge lines) instead of skipping it"),
+    train: List[Path] = _setting("train", argument=True),
+    output: Path = _setting("output", "--output", "-o"),
+    options: Optional[Path] = _setting("options"),
+    shape: Optional[str] = _setting("shape"),
+    init: Optional[Path] = _setting("init"),
+    dev: List[Path] = _setting("dev"),
+    lang: str = _setting("lang"),
+    max_tokens: int = _setting("max_tokens"),
+    vocab: Optional[Path] = _setting("vocab"),
+    vocab_size: int = _setting("vocab_size"),
+    min_count: int = _setting("min_count"),
+    cutoffs: Optional[str] = _setting("cutoffs"),
+    dev_fraction: float = _setting("dev_fraction"),
+    batch_size: int = _setting("batch_size"),
+    max_steps: int = _setting("max_steps"),
+    optimizer: str = _setting("optimizer"),
+    lr: Optional[float] = _setting("lr"),
+    warmup_steps: int = _setting("warmup_steps"),
+    schedule: str = _setting("schedule"),
+    clip_norm: float = _setting("clip_norm"),
+    dropout: float = _setting("dropout"),
+    seed: int = _setting("seed"),
+    log_every: int = _setting("log_every"),
+    eval_every: Optional[int] = _setting("eval_every"),
+    checkpoint_every: int = _setting("checkpoint_every"),
+    device: str = _setting("device"),
+    precision: str = _setting("precision"),
+    strict: bool = _setting("strict"),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUTPUT/checkpoints/last.pt"),
     threads: Optional[int] = typer.Option(None, help="torch threads per process"),
     progress: bool = typer.Option(True, help="Show a progress bar"),
 ) -> None:
     """Train a biLM on your own text (torchrun for several processes); see docs/pretraining.md."""
+    given = dict(locals())
     import logging
+    from dataclasses import fields
 
     import torch
 
     from .pretrain import PretrainConfig
     from .pretrain import pretrain as run_pretrain
+    from .pretrain.curve import plot_available
+    from .pretrain.preflight import busy_machine_warning
 
+    settings = {f.name: _config_value(given[f.name]) for f in fields(PretrainConfig) if f.name in given}
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if threads:
         torch.set_num_threads(threads)
-    from .pretrain.trainer import busy_machine_warning, plot_available
-
     warning = busy_machine_warning(torch.get_num_threads())
     if warning:
         typer.echo(f"warning: {warning}", err=True)
@@ -152,18 +180,10 @@ def pretrain(
         typer.echo("note: no learning-curve plot without matplotlib (pip install 'spacy_elmo[pretrain]'); "
                    "log.jsonl has the figures, and `python -m spacy_elmo plot OUTPUT` draws it later", err=True)
     try:
-        cut = [int(c) for c in cutoffs.split(",") if c.strip()] if cutoffs else None
+        settings["cutoffs"] = [int(c) for c in cutoffs.split(",") if c.strip()] if cutoffs else None
     except ValueError:
         raise typer.BadParameter(f"--cutoffs must be comma-separated integers, found {cutoffs!r}")
-    config = PretrainConfig(
-        train=[str(p) for p in train], output=str(output), dev=[str(p) for p in dev],
-        options=str(options) if options else None, shape=shape, init=str(init) if init else None, lang=lang, max_tokens=max_tokens,
-        strict=strict, vocab=str(vocab) if vocab else None, vocab_size=vocab_size, min_count=min_count,
-        cutoffs=cut, dev_fraction=dev_fraction, batch_size=batch_size, max_steps=max_steps,
-        optimizer=optimizer, lr=lr, warmup_steps=warmup_steps, schedule=schedule, clip_norm=clip_norm,
-        dropout=dropout, seed=seed, log_every=log_every, eval_every=eval_every,
-        checkpoint_every=checkpoint_every, device=device, precision=precision,
-    )
+    config = PretrainConfig(**settings)
     try:
         summary = run_pretrain(config, resume=resume, progress=progress)
     except ValueError as err:
@@ -194,7 +214,7 @@ def plot(
     output: Path = typer.Argument(..., help="A pretraining output directory (holds log.jsonl)"),
 ) -> None:
     """Draw OUTPUT/learning_curve.png from OUTPUT/log.jsonl (needs matplotlib)."""
-    from .pretrain.trainer import plot_learning_curve
+    from .pretrain.curve import plot_learning_curve
 
     log = output / "log.jsonl"
     if not log.is_file():

@@ -18,7 +18,10 @@ from spacy_elmo import BiLM  # noqa: E402
 from spacy_elmo.bilm.chars import batch_to_char_ids  # noqa: E402
 from spacy_elmo.pretrain.lm_head import LMHead, default_cutoffs  # noqa: E402
 from spacy_elmo.pretrain import PretrainConfig, Vocab, export, load_checkpoint, pretrain, read_corpus  # noqa: E402
-from spacy_elmo.pretrain.trainer import PretrainModel, epoch_batches, read_log, unigram_perplexity  # noqa: E402
+from spacy_elmo.pretrain.batches import epoch_batches  # noqa: E402
+from spacy_elmo.pretrain.model import PretrainModel  # noqa: E402
+from spacy_elmo.pretrain.prepare import unigram_perplexity  # noqa: E402
+from spacy_elmo.pretrain.runlog import read_log  # noqa: E402
 from spacy_elmo.bilm.options import BiLMOptions  # noqa: E402
 from conftest import small_options  # noqa: E402
 
@@ -333,11 +336,25 @@ def test_cli_pretrain_and_export(tmp_path):
     assert result.exit_code == 2 and "corpus path not found" in result.output
 
 
+def _torchrun(command, env, timeout, **kw):
+    """Run torchrun in a session of its own; on a timeout, kill the whole
+    session: killing the agent alone leaves its workers running, eating
+    the CPU of the tests that follow."""
+    import subprocess
+
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"torchrun ran over {timeout} s: {command}\n{err[-3000:]}")
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
 def test_torchrun_two_processes_from_the_command_line(tmp_path):
     """The documented multi-process command: ``torchrun --standalone
     --nproc_per_node=2 -m spacy_elmo pretrain ...`` (gloo on CPU)."""
-    import subprocess
-
     import spacy_elmo
 
     corpus = write_corpus(tmp_path, 400)
@@ -345,11 +362,11 @@ def test_torchrun_two_processes_from_the_command_line(tmp_path):
     options.write_text(json.dumps(small_options()), encoding="utf-8")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(spacy_elmo.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
     env["OMP_NUM_THREADS"] = "1"
-    result = subprocess.run(
+    result = _torchrun(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "spacy_elmo", "pretrain",
          str(corpus), "-o", str(tmp_path / "run"), "--options", str(options), "--max-steps", "60", "--batch-size", "8",
          "--dev-fraction", "0.1", "--eval-every", "30", "--log-every", "10", "--lr", "0.01", "--threads", "1", "--no-progress"],
-        env=env, capture_output=True, text=True, timeout=240,
+        env, timeout=240,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("held-out perplexity") == 1  # rank 0 only
@@ -436,8 +453,10 @@ def test_torchrun_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
                 "--batch-size", "8", "--dropout", "0.2", "--threads", "1", "--no-progress", "--log-every", "10",
                 "--eval-every", "100000", "--checkpoint-every", "100000", *extra]
 
-    subprocess.run(command("full"), env=env, check=True, capture_output=True, timeout=240)
-    proc = subprocess.Popen(command("split"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    full = _torchrun(command("full"), env, timeout=240)
+    assert full.returncode == 0, full.stderr[-3000:]
+    split_err = open(tmp_path / "split.stderr", "w")
+    proc = subprocess.Popen(command("split"), env=env, stdout=subprocess.DEVNULL, stderr=split_err, start_new_session=True)
     log = tmp_path / "split" / "log.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
@@ -445,10 +464,15 @@ def test_torchrun_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
             break
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=60)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    split_err.close()
     stopped = [r for r in read_log(log) if r["event"] == "stopped"]
-    assert stopped and 50 <= stopped[0]["step"] < 300
-    resumed = subprocess.run(command("split", "--resume"), env=env, capture_output=True, text=True, timeout=240)
+    assert stopped and 50 <= stopped[0]["step"] < 300, (tmp_path / "split.stderr").read_text()[-3000:]
+    resumed = _torchrun(command("split", "--resume"), env, timeout=240)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     full, split = _state(tmp_path / "full"), _state(tmp_path / "split")
     assert full["step"] == split["step"] == 300
@@ -483,6 +507,126 @@ def test_corpus_cache_round_trip_and_invalidation(tmp_path):
     assert read_corpus([text], max_tokens=4, cache_dir=cache).types == changed.types
 
 
+def _cache_file(cache):
+    files = list(cache.glob("corpus-*.npz"))
+    assert len(files) == 1, files
+    return files[0]
+
+
+def _windows(corpus):
+    return [corpus.window(i).tolist() for i in range(len(corpus))]
+
+
+def test_an_inconsistent_corpus_cache_is_rebuilt_with_a_warning(tmp_path, caplog):
+    """A cache that unzips but does not hold a whole corpus (a truncated
+    write, another version's file) must not give wrong windows."""
+    import logging
+
+    from spacy_elmo.pretrain.corpus import read_corpus
+
+    text = write_corpus(tmp_path, 40)
+    cache = tmp_path / "cache"
+    fresh = read_corpus([text], max_tokens=4, cache_dir=cache)
+    path = _cache_file(cache)
+    with numpy.load(path, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    arrays["flat"] = arrays["flat"][: len(arrays["flat"]) // 2]  # half the tokens lost
+    with open(path, "wb") as fout:
+        numpy.savez(fout, **arrays)
+    with caplog.at_level(logging.WARNING, logger="spacy_elmo.pretrain.corpus"):
+        again = read_corpus([text], max_tokens=4, cache_dir=cache)
+    assert "ignoring the corpus cache" in caplog.text
+    assert _windows(again) == _windows(fresh) and again.fingerprint() == fresh.fingerprint()
+    assert _windows(read_corpus([text], max_tokens=4, cache_dir=cache)) == _windows(fresh)  # rewritten whole
+
+
+def test_a_failed_corpus_cache_write_costs_a_warning_and_leaves_no_temporary_file(tmp_path, monkeypatch, caplog):
+    import logging
+
+    from spacy_elmo.pretrain import corpus as corpus_module
+
+    text = write_corpus(tmp_path, 40)
+    cache = tmp_path / "cache"
+
+    def savez(fout, **arrays):
+        fout.write(b"PK\x03\x04 half a zip")
+        raise RuntimeError("disk full half-way")
+
+    monkeypatch.setattr(corpus_module.numpy, "savez", savez)
+    with caplog.at_level(logging.WARNING, logger="spacy_elmo.pretrain.corpus"):
+        read = corpus_module.read_corpus([text], max_tokens=4, cache_dir=cache)
+    assert len(read) > 0 and "could not write the corpus cache" in caplog.text
+    assert list(cache.iterdir()) == []
+
+
+def test_only_the_writing_rank_writes_the_corpus_cache(tmp_path):
+    from spacy_elmo.pretrain.corpus import read_corpus
+
+    text = write_corpus(tmp_path, 40)
+    cache = tmp_path / "cache"
+    read_corpus([text], max_tokens=4, cache_dir=cache, write_cache=False)  # torchrun rank > 0
+    assert not cache.exists() or not list(cache.iterdir())
+    first = read_corpus([text], max_tokens=4, cache_dir=cache)  # rank 0
+    assert _windows(read_corpus([text], max_tokens=4, cache_dir=cache, write_cache=False)) == _windows(first)
+
+
+def test_concurrent_corpus_cache_writes_never_expose_a_partial_file(tmp_path):
+    """Writers of one cache file at once (threads share a pid, as processes
+    on two machines sharing the output can): every read sees a whole file."""
+    import threading
+
+    from spacy_elmo.pretrain.corpus import load_corpus, read_corpus, save_corpus
+
+    text = write_corpus(tmp_path, 400)
+    corpus = read_corpus([text], max_tokens=4)
+    path = tmp_path / "cache" / "corpus.npz"
+    save_corpus(corpus, path)
+    errors = []
+
+    def write():
+        try:
+            for _ in range(5):
+                save_corpus(corpus, path)
+        except Exception as err:  # noqa: BLE001 - any failure is the finding
+            errors.append(err)
+
+    def read():
+        try:
+            for _ in range(10):
+                assert load_corpus(path).fingerprint() == corpus.fingerprint()
+        except Exception as err:  # noqa: BLE001
+            errors.append(err)
+
+    threads = [threading.Thread(target=f) for f in (write, write, write, read)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert [p.name for p in path.parent.iterdir()] == ["corpus.npz"]
+
+
+def test_checkpoint_contents_are_stable(tmp_path):
+    """Runs in progress are resumed by newer code: a checkpoint's keys and
+    its config's fields are the format (a new config field would make every
+    older checkpoint refuse to resume)."""
+    corpus = write_corpus(tmp_path, 60)
+    pretrain(tiny_config(tmp_path, corpus, max_steps=2), progress=False)
+    state = _state(tmp_path / "out")
+    assert state["format"] == "spacy_elmo.pretrain.checkpoint/1"
+    assert set(state) == {
+        "format", "step", "epoch", "batch_in_epoch", "tokens_seen", "world_size", "config", "options", "vocab",
+        "corpus_sha256", "model", "optimizer", "scheduler", "scaler", "rng",
+    }
+    assert list(state["config"]) == [
+        "train", "output", "dev", "options", "shape", "init", "lang", "max_tokens", "max_line_chars", "strict",
+        "vocab", "vocab_size", "min_count", "cutoffs", "dev_fraction", "max_dev_windows", "batch_size", "max_steps",
+        "optimizer", "lr", "warmup_steps", "schedule", "clip_norm", "dropout", "seed", "log_every", "eval_every",
+        "checkpoint_every", "device", "precision",
+    ]
+    assert set(state["rng"][0]) == {"torch"} and state["step"] == 2 and state["world_size"] == 1
+
+
 def test_resume_can_lengthen_a_run(tmp_path):
     corpus = write_corpus(tmp_path, 60)
     pretrain(tiny_config(tmp_path, corpus, max_steps=2), progress=False)
@@ -493,7 +637,7 @@ def test_resume_can_lengthen_a_run(tmp_path):
 
 
 def test_init_continues_an_exported_model_with_its_softmax(tmp_path):
-    from spacy_elmo.pretrain.trainer import PretrainModel, _init_from_export
+    from spacy_elmo.pretrain.export import init_from_export
     from spacy_elmo.pretrain.vocab import Vocab
 
     corpus = write_corpus(tmp_path, 60)
@@ -508,7 +652,7 @@ def test_init_continues_an_exported_model_with_its_softmax(tmp_path):
     from spacy_elmo.bilm.options import BiLMOptions
 
     model = PretrainModel(BiLMOptions.from_dict(options), len(vocab))
-    _init_from_export(model, exported, vocab)
+    init_from_export(model, exported, vocab)
     for name, value in model.state_dict().items():
         assert torch.allclose(value, saved["model"][name], atol=1e-7), name
 
@@ -536,11 +680,11 @@ def test_default_eval_interval_gives_a_curve_for_short_runs(tmp_path):
 
 
 def test_busy_machine_warning(monkeypatch):
-    from spacy_elmo.pretrain import trainer
+    from spacy_elmo.pretrain import preflight
 
-    monkeypatch.setattr(trainer.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(trainer.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
-    assert "--threads 1" in trainer.busy_machine_warning(2)
-    assert trainer.busy_machine_warning(1) is None
-    monkeypatch.setattr(trainer.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
-    assert trainer.busy_machine_warning(2) is None
+    monkeypatch.setattr(preflight.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(preflight.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
+    assert "--threads 1" in preflight.busy_machine_warning(2)
+    assert preflight.busy_machine_warning(1) is None
+    monkeypatch.setattr(preflight.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert preflight.busy_machine_warning(2) is None

@@ -277,7 +277,7 @@ def test_bad_token_cache_size_fails_at_construction():
 from pretrain_helpers import tiny_config, write_corpus, write_options  # noqa: E402
 
 from spacy_elmo.pretrain import PretrainError, load_checkpoint, pretrain  # noqa: E402
-from spacy_elmo.pretrain.trainer import read_log  # noqa: E402
+from spacy_elmo.pretrain.runlog import read_log  # noqa: E402
 
 
 def _checkpoint_of(tmp_path, corpus, **settings):
@@ -339,7 +339,7 @@ def test_resume_reports_the_changes_it_allows(tmp_path, one_torch_thread, caplog
     moved = tmp_path / "moved"
     moved.mkdir()
     (moved / "train.txt").write_text(corpus.read_text())  # the same text elsewhere
-    with caplog.at_level(logging.WARNING, logger="spacy_elmo.pretrain.trainer"):
+    with caplog.at_level(logging.WARNING, logger="spacy_elmo.pretrain.checkpoint"):
         summary = pretrain(_resume_with_more_steps(tmp_path, moved / "train.txt", log_every=2), resume=True, progress=False)
     assert summary["step"] == 4
     text = caplog.text
@@ -353,12 +353,12 @@ def test_corpus_that_is_a_device_is_not_reported_as_missing(tmp_path, one_torch_
 
 
 def test_unwritable_output_is_found_before_the_corpus_is_read(tmp_path, monkeypatch, one_torch_thread):
-    from spacy_elmo.pretrain import trainer
+    from spacy_elmo.pretrain import prepare
 
     def read_corpus(*args, **kwargs):
         raise AssertionError("the corpus was read before the output was checked")
 
-    monkeypatch.setattr(trainer, "read_corpus", read_corpus)
+    monkeypatch.setattr(prepare, "read_corpus", read_corpus)
     (tmp_path / "a_file").write_text("not a directory")
     corpus = write_corpus(tmp_path, 20)
     with pytest.raises(PretrainError, match=r"cannot write to the output directory .*a_file/out.*choose a writable --output"):

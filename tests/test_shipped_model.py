@@ -58,13 +58,13 @@ def test_the_model_card_and_continuation_files_ship_with_it():
     assert f"{last['dev_ppl']:.1f}" in (SHIPPED_MODEL_DIR / "MODEL_CARD.md").read_text(encoding="utf-8")
     # The softmax that `pretrain --init` continues from fits the model and its vocabulary.
     from spacy_elmo.pretrain.lm_head import LMHead
-    from spacy_elmo.pretrain.trainer import _load_softmax
+    from spacy_elmo.pretrain.export import load_softmax
 
     options = json.loads((SHIPPED_MODEL_DIR / "options.json").read_text(encoding="utf-8"))
     n_words = len((SHIPPED_MODEL_DIR / "vocab.txt").read_text(encoding="utf-8").splitlines())
     head = LMHead(options["lstm"]["projection_dim"], n_words)
     before = head.softmax.head.weight.detach().clone()
-    _load_softmax(SHIPPED_MODEL_DIR / "softmax.hdf5", head)
+    load_softmax(SHIPPED_MODEL_DIR / "softmax.hdf5", head)
     assert not head.softmax.head.weight.detach().equal(before)
 
 

@@ -178,7 +178,7 @@ def main() -> None:
     parser.add_argument("--force", action="store_true")
     args = parser.parse_args()
 
-    from spacy_elmo.pretrain.trainer import export
+    from spacy_elmo.pretrain import export
 
     summary = run_summary(args.run)
     stages = []

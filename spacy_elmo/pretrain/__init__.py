@@ -1,10 +1,15 @@
 """Pretraining a biLM on one's own text (``python -m spacy_elmo pretrain``).
 
-See :mod:`spacy_elmo.pretrain.trainer` and docs/pretraining.md.
+See :mod:`spacy_elmo.pretrain.trainer` (the training loop) and
+docs/pretraining.md.
 """
+from .checkpoint import load_checkpoint
+from .config import PretrainConfig
 from .corpus import Corpus, CorpusStats, read_corpus
 from .errors import PretrainError
-from .trainer import PretrainConfig, PretrainModel, export, export_pipeline, load_checkpoint, pretrain
+from .export import export, export_pipeline
+from .model import PretrainModel
+from .trainer import pretrain
 from .vocab import Vocab
 
 __all__ = ["Corpus", "CorpusStats", "PretrainConfig", "PretrainError", "PretrainModel", "Vocab", "export", "export_pipeline", "load_checkpoint", "pretrain", "read_corpus"]

@@ -120,7 +120,7 @@ class Corpus:
         order (the type strings and each window's type ids). Two corpora
         give the same fingerprint exactly when they give the same training
         windows, wherever their files lie; a resume compares it with the
-        checkpoint's (see :func:`spacy_elmo.pretrain.trainer._check_resume_data`)."""
+        checkpoint's (see :func:`spacy_elmo.pretrain.checkpoint.check_resume_data`)."""
         if self._flat is None or self._offsets is None:
             self.finalize()
         digest = hashlib.sha256()
@@ -258,26 +258,40 @@ def corpus_fingerprint(
 
 
 def save_corpus(corpus: Corpus, path: Path) -> None:
-    """Write a tokenised corpus as one ``.npz`` (no pickle), atomically."""
+    """Write a tokenised corpus as one ``.npz`` (no pickle), atomically:
+    into a temporary file of its own (unique even for processes with the
+    same pid on other machines sharing the directory), then renamed over
+    ``path``, so a reader sees the old file or the whole new one. A failed
+    write leaves no temporary file behind."""
     import json
     import os
+    import tempfile
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if corpus._flat is None:
         corpus.finalize()
     meta = json.dumps({"format": CACHE_FORMAT, "types": corpus.types, "stats": corpus.stats.to_dict()})
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "wb") as fout:
-        numpy.savez(
-            fout, flat=corpus._flat, offsets=corpus._offsets, counts=numpy.asarray(corpus.counts, dtype=numpy.int64),
-            meta=numpy.frombuffer(meta.encode("utf-8"), dtype=numpy.uint8),
-        )
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fout:
+            numpy.savez(
+                fout, flat=corpus._flat, offsets=corpus._offsets, counts=numpy.asarray(corpus.counts, dtype=numpy.int64),
+                meta=numpy.frombuffer(meta.encode("utf-8"), dtype=numpy.uint8),
+            )
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def load_corpus(path: Path) -> Corpus:
-    """Read a corpus written by :func:`save_corpus` (``allow_pickle=False``)."""
+    """Read a corpus written by :func:`save_corpus` (``allow_pickle=False``).
+    A file that does not hold a consistent corpus is a ValueError (or the
+    error of the damaged zip), never a corpus with wrong windows."""
     import json
 
     with numpy.load(path, allow_pickle=False) as data:
@@ -285,8 +299,16 @@ def load_corpus(path: Path) -> Corpus:
         if meta.get("format") != CACHE_FORMAT:
             raise ValueError(f"{path}: not a spacy_elmo corpus cache")
         flat, offsets, counts = data["flat"], data["offsets"], data["counts"]
+    types = meta["types"]
+    consistent = (
+        isinstance(types, list) and len(types) >= N_RESERVED_TYPES and flat.ndim == offsets.ndim == counts.ndim == 1
+        and len(offsets) >= 1 and offsets[0] == 0 and offsets[-1] == len(flat) and bool(numpy.all(numpy.diff(offsets) >= 0))
+        and len(counts) == len(types) and (not len(flat) or (0 <= flat.min() and flat.max() < len(types)))
+    )
+    if not consistent:
+        raise ValueError(f"{path}: inconsistent corpus cache (truncated or damaged)")
     corpus = Corpus()
-    corpus.types = list(meta["types"])
+    corpus.types = list(types)
     corpus.type_index = {t: i for i, t in enumerate(corpus.types) if i >= N_RESERVED_TYPES}
     corpus.counts = counts.tolist()
     corpus._ids = numpy.split(flat, offsets[1:-1]) if len(offsets) > 1 else []
@@ -303,6 +325,7 @@ def read_corpus(
     strict: bool = False,
     corpus: Optional[Corpus] = None,
     cache_dir: Optional[Union[str, Path]] = None,
+    write_cache: bool = True,
 ) -> Corpus:
     """Read, tokenise and window a corpus (see the module docstring).
 
@@ -310,7 +333,10 @@ def read_corpus(
     :func:`corpus_fingerprint` and a later read of the same files with the
     same settings loads it instead of tokenising again (a restart or
     ``--resume`` of a run on millions of words starts in seconds, not
-    minutes). A cache that cannot be read is ignored and rewritten."""
+    minutes). A cache that cannot be read is ignored (with a warning) and
+    rewritten; a cache that cannot be written costs a warning, never the
+    run. ``write_cache=False`` reads the cache but leaves writing it to
+    another process (torchrun: rank 0), so that ranks never race to write."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, found {max_tokens}")
     if cache_dir is not None and corpus is None:
@@ -321,12 +347,13 @@ def read_corpus(
                 logger.info("read the tokenised corpus from %s", cache)
                 return loaded
             except Exception as err:  # a damaged cache costs a re-read, never the run
-                logger.warning("ignoring the corpus cache %s: %s", cache, err)
+                logger.warning("ignoring the corpus cache %s (it is rebuilt): %s", cache, err)
         loaded = read_corpus(paths, lang, max_tokens, max_line_chars, strict)
-        try:
-            save_corpus(loaded, cache)
-        except OSError as err:
-            logger.warning("could not write the corpus cache %s: %s", cache, err)
+        if write_cache:
+            try:
+                save_corpus(loaded, cache)
+            except Exception as err:  # full disk, read-only output...: the corpus is in memory
+                logger.warning("could not write the corpus cache %s: %s", cache, err)
         return loaded
     import spacy
 

@@ -1,0 +1,184 @@
+"""Checkpoints: what one holds, writing it safely, loading it without
+unpickling, and the checks that a resume continues the same run.
+
+A checkpoint (``OUTPUT/checkpoints/last.pt``) is a dict of tensors and
+plain values (format :data:`CHECKPOINT_FORMAT`), so it loads with
+``torch.load(weights_only=True)``. Runs in progress are resumed with newer
+code: what it holds and how it is read must not change without a new
+format name.
+"""
+import logging
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from . import distributed as D
+from ..bilm.options import BiLMOptions
+from .config import PretrainConfig
+from .errors import PretrainError
+from .vocab import Vocab
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_FORMAT = "spacy_elmo.pretrain.checkpoint/1"
+
+
+def checkpoint_path(output_dir: Path, checkpoint: Optional[Path] = None) -> Path:
+    return Path(checkpoint) if checkpoint else Path(output_dir) / "checkpoints" / "last.pt"
+
+
+def make_checkpoint(
+    *, step: int, steps_per_epoch: int, tokens_seen: int, world_size: int, config: PretrainConfig,
+    options: BiLMOptions, vocab: Vocab, corpus_sha256: str, model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer, scheduler: Any, scaler: Any, rng: List[Dict[str, Any]],
+) -> Dict[str, Any]:
+    """The checkpoint of ``step``; ``rng``: every rank's :func:`rng_state`."""
+    epoch, k = divmod(step, steps_per_epoch)
+    return {
+        "format": CHECKPOINT_FORMAT, "step": step, "epoch": epoch, "batch_in_epoch": k * world_size,
+        "tokens_seen": tokens_seen, "world_size": world_size, "config": config.to_dict(),
+        "options": options.to_dict(), "vocab": list(vocab.words), "corpus_sha256": corpus_sha256,
+        "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(), "rng": rng,
+    }
+
+
+def restore(
+    checkpoint: Dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+    scaler: Any, rank: int, device: torch.device,
+) -> Tuple[int, int]:
+    """Load a checkpoint's states (this rank's RNG included); returns
+    (step, tokens_seen)."""
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    scheduler.load_state_dict(checkpoint["scheduler"])
+    if checkpoint.get("scaler"):
+        scaler.load_state_dict(checkpoint["scaler"])
+    set_rng_state(checkpoint["rng"][rank], device)
+    return int(checkpoint["step"]), int(checkpoint["tokens_seen"])
+
+
+def rng_state(device: torch.device) -> Dict[str, Any]:
+    state = {"torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: Dict[str, Any], device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def atomic_save(obj: Any, path: Path) -> None:
+    """Write ``obj`` to ``path`` through a temporary file, so that a failed
+    write (disk full, quota) leaves the previous checkpoint intact; the
+    failure is a PretrainError that says so."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as err:  # torch reports a full disk as RuntimeError
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        reason = (str(err).strip().splitlines() or [repr(err)])[0]
+        kept = f"the previous checkpoint {path} is intact" if path.exists() else "no earlier checkpoint exists"
+        raise PretrainError(
+            f"cannot write the checkpoint {path} ({type(err).__name__}: {reason}); {kept}. "
+            "Free disk space (or check the output's file system) and continue with --resume"
+        ) from err
+
+
+def load_checkpoint(path: Path) -> Dict[str, Any]:
+    """Load a checkpoint without unpickling arbitrary objects."""
+    path = Path(path)
+    if not path.is_file():
+        raise PretrainError(f"checkpoint not found: {path}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise PretrainError(f"cannot load checkpoint {path} (weights_only): {err}") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise PretrainError(f"{path} is not a spacy_elmo pretraining checkpoint")
+    return state
+
+
+# ------------------------------------------------------------ resume checks
+def check_resume(checkpoint: Dict[str, Any], config: PretrainConfig, info: D.DistInfo) -> None:
+    """Refuse a resume whose settings change the weights; report (log) the
+    settings that may change (:attr:`PretrainConfig.RESUMABLE_CHANGES`), so
+    that a resume is never silent about a change. The options' contents and
+    the corpus are checked by :func:`check_resume_options` and
+    :func:`check_resume_data`."""
+    saved = checkpoint["config"]
+    current = config.to_dict()
+    diffs, allowed = [], []
+    for k in current:
+        if saved.get(k) == current[k]:
+            continue
+        change = f"{k}: {saved.get(k)!r} -> {current[k]!r}"
+        if k in PretrainConfig.RESUMABLE_CHANGES:
+            if k == "max_steps" and config.schedule == "linear":
+                change += f" (the linear decay now reaches zero at step {config.max_steps})"
+            allowed.append(change)
+        else:
+            diffs.append(change)
+    if int(checkpoint["world_size"]) != info.world_size:
+        diffs.append(f"world size: {checkpoint['world_size']} -> {info.world_size}")
+    if diffs:
+        raise PretrainError("cannot resume: settings differ from the checkpoint's: " + "; ".join(diffs))
+    if allowed and info.is_main:
+        logger.warning("resuming with changed settings: %s", "; ".join(allowed))
+
+
+def _comparable_options(data: Dict[str, Any]) -> Dict[str, Any]:
+    """An options dict (``BiLMOptions.to_dict``) without ``n_tokens_vocab``,
+    which the run sets itself."""
+    return {k: v for k, v in data.items() if k != "n_tokens_vocab"}
+
+
+def _dict_diffs(old: Any, new: Any, path: str = "") -> List[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for k in sorted(set(old) | set(new), key=str) for d in _dict_diffs(old.get(k), new.get(k), f"{path}{k}.")]
+    return [] if old == new else [f"{path.rstrip('.')}: {old!r} -> {new!r}"]
+
+
+def check_resume_options(checkpoint: Dict[str, Any], options: BiLMOptions) -> None:
+    """Refuse a resume whose options (the file's contents, not its path)
+    differ from the checkpoint's."""
+    diffs = _dict_diffs(_comparable_options(checkpoint["options"]), _comparable_options(options.to_dict()))
+    if diffs:
+        raise PretrainError(
+            "cannot resume: the biLM options differ from the checkpoint's (" + "; ".join(diffs) + "). "
+            "Resume with the options the checkpoint was trained with (its copy is OUTPUT/options.json), "
+            "or start a fresh run in another --output"
+        )
+
+
+def check_resume_data(checkpoint: Dict[str, Any], vocab: Vocab, fingerprint: str) -> None:
+    """Refuse a resume whose corpus or vocabulary differ from the
+    checkpoint's: a changed corpus would silently remap word ids (or, with
+    another vocabulary size, fail inside torch). The corpus is compared by
+    :meth:`Corpus.fingerprint` (checkpoints from before it was stored: by
+    their vocabulary alone)."""
+    saved = checkpoint.get("corpus_sha256")
+    if saved is not None and saved != fingerprint:
+        raise PretrainError(
+            f"cannot resume: the training corpus changed since the checkpoint (its tokens' SHA-256 "
+            f"{saved[:12]}... -> {fingerprint[:12]}...). Resume with the text the checkpoint was trained on, "
+            "or start a fresh run in another --output"
+        )
+    old, new = list(checkpoint["vocab"]), list(vocab.words)
+    if old != new:
+        where = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
+        first = f"id {where}: {old[where] if where < len(old) else None!r} -> {new[where] if where < len(new) else None!r}"
+        raise PretrainError(
+            f"cannot resume: the vocabulary differs from the checkpoint's ({len(old)} -> {len(new)} words; "
+            f"first difference at {first}): the corpus or --vocab changed. Resume with the checkpoint's "
+            "corpus and vocabulary (its copy is OUTPUT/vocab.txt), or start a fresh run in another --output"
+        )

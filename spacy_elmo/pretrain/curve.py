@@ -1,0 +1,42 @@
+"""The learning curve (``learning_curve.png``) drawn from ``log.jsonl``;
+matplotlib is optional (``spacy_elmo[pretrain]``)."""
+import math
+from pathlib import Path
+
+from .runlog import read_log
+
+
+def plot_available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def plot_learning_curve(log_path: Path, png_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_log(log_path)
+    train = [r for r in records if r.get("event") == "train"]
+    evals = [r for r in records if r.get("event") == "eval"]
+    unigram = next((r.get("unigram_dev_ppl") for r in records if r.get("unigram_dev_ppl")), None)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if train:
+        ax.plot([r["step"] for r in train], [math.exp(r["loss"]) for r in train], label="train (dropout on)", alpha=0.6)
+    for key, label in (("dev_ppl", "held-out, geometric mean"), ("dev_ppl_forward", "held-out, forward"), ("dev_ppl_backward", "held-out, backward")):
+        if evals:
+            ax.plot([r["step"] for r in evals], [r[key] for r in evals], marker="o", label=label)
+    if unigram:
+        ax.axhline(unigram, color="grey", linestyle="--", label="held-out unigram")
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("perplexity")
+    ax.legend()
+    ax.set_title("biLM pretraining")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=100)
+    plt.close(fig)

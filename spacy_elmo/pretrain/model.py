@@ -1,0 +1,50 @@
+"""What is trained: the inference biLM plus one softmax shared by both
+directions, and the biLM options a run starts from."""
+from pathlib import Path
+from typing import Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from ..bilm.model import BiLM
+from ..bilm.options import BiLMOptions
+from .config import PretrainConfig
+from .lm_head import LMHead
+
+
+class PretrainModel(nn.Module):
+    """BiLM + shared softmax; ``forward`` returns the summed NLL of each
+    direction and the number of targets per direction."""
+
+    def __init__(self, options: BiLMOptions, vocab_size: int, dropout: float = 0.1, cutoffs: Optional[Sequence[int]] = None) -> None:
+        super().__init__()
+        self.bilm = BiLM(options, dropout=dropout)
+        self.head = LMHead(options.projection_dim, vocab_size, cutoffs)
+        self.output_dropout = dropout
+
+    def top_layer(self, char_ids: torch.Tensor) -> torch.Tensor:
+        top = self.bilm(char_ids).layers[-1]
+        return nn.functional.dropout(top, self.output_dropout, self.training)
+
+    def forward(self, char_ids: torch.Tensor, targets: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, int]:
+        return self.head(self.top_layer(char_ids), targets)
+
+
+def load_options(config: PretrainConfig) -> BiLMOptions:
+    """The biLM's options: those of ``--init``'s model, a published shape,
+    or an options file."""
+    if config.init is not None:
+        init_options = BiLMOptions.from_file(Path(config.init) / "options.json")
+        if config.options is not None and BiLMOptions.from_file(config.options).to_dict() != init_options.to_dict():
+            raise ValueError(
+                f"--options {config.options} differs from the options of the model in --init {config.init}; "
+                "leave --options out to continue that model"
+            )
+        return init_options
+    if config.shape is not None:
+        from ..bilm.options import PUBLISHED_SHAPES, published_options
+
+        if config.shape not in PUBLISHED_SHAPES:
+            raise ValueError(f"shape must be one of {sorted(PUBLISHED_SHAPES)}, found {config.shape!r}")
+        return published_options(config.shape)
+    return BiLMOptions.from_file(config.options)  # type: ignore[arg-type]

@@ -1,0 +1,41 @@
+"""Optimizer, learning-rate schedule and mixed precision of a run."""
+from typing import Callable
+
+import torch
+
+from .config import PretrainConfig
+
+
+def make_optimizer(config: PretrainConfig, params) -> torch.optim.Optimizer:
+    """Adam, or Adagrad as bilm-tf had it (initial accumulator 1.0)."""
+    if config.optimizer == "adagrad":
+        return torch.optim.Adagrad(params, lr=config.learning_rate, initial_accumulator_value=1.0)
+    return torch.optim.Adam(params, lr=config.learning_rate)
+
+
+def lr_factor(config: PretrainConfig) -> Callable[[int], float]:
+    """Linear warm-up, then linear decay to zero at ``max_steps`` (or constant)."""
+    warmup, total, linear = config.warmup_steps, config.max_steps, config.schedule == "linear"
+
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if linear:
+            return max(0.0, (total - step) / max(1, total - warmup))
+        return 1.0
+
+    return factor
+
+
+def make_scheduler(config: PretrainConfig, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(config))
+
+
+def make_scaler(config: PretrainConfig) -> torch.amp.GradScaler:
+    """Loss scaling, which only fp16 needs (a no-op otherwise)."""
+    return torch.amp.GradScaler("cuda", enabled=config.precision == "fp16")
+
+
+def autocast(config: PretrainConfig, device: torch.device):
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
+    return torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
