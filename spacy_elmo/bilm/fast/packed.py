@@ -8,8 +8,7 @@ oneDNN (PyTorch's ``mkldnn`` backend) can lay a weight out once and reuse it:
 ``torch.ops.mkldnn._reorder_linear_weight`` packs it and
 ``torch.ops.mkldnn._linear_pointwise`` multiplies by the packed weight, adding
 the step's input product in the same call. That doubles the speed of the
-per-step products on a 2-core AVX2 machine (``python -m spacy_elmo
-benchmark``, README "Speed and memory").
+per-step products (measured in docs/speed.md).
 
 The result is float32 throughout, equal to the unpacked product up to
 summation order (about 1e-6); rows are computed independently, so a
@@ -22,13 +21,13 @@ Packed weights are made on first use and remade whenever a parameter changes
 (tracked by tensor version, like the int8 weights and the word-type cache);
 they are never copied, pickled or trained.
 """
-import time
 from functools import lru_cache
-from typing import Dict, Iterable, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 from torch import nn
 
+from ..lstm import BiProjectedLSTMLayer, State
 from .token_cache import ThreadLock
 
 
@@ -120,43 +119,94 @@ class PackCache:
             return self._packs
 
 
-@lru_cache(maxsize=None)
-def packing_pays(cell_dim: int, projection_dim: int, threads: int, rows: int = 32, rounds: int = 5) -> bool:
-    """Whether, on this machine, one LSTM step's products (recurrent and
-    projection, both directions, ``rows`` rows) are faster with packed
-    weights than with the plain batched products, measured once per shape
-    and thread count (about 0.1 s for the small published shape).
+#: Recurrent weights with at least this many elements (4 x cell_dim x
+#: projection_dim) are packed when the engine's ``packed_weights`` is left
+#: to the rule (None): every published shape (the small one has 2^19), never
+#: the tiny test models. See :attr:`.engine.InferenceEngine.packed_weights`.
+PACK_MIN_ELEMENTS = 1 << 18
 
-    Whether packing pays for weights that fit the CPU's cache depends on the
-    CPU: on the small published shape it gave -9% on one 2-core AVX2 VM and
-    +35% on another (``benchmarks/exact_ablation.py --shape small``). Packing
-    also lets the first layer's input products be made per word type, so it
-    is chosen unless it is more than 10% slower on the step alone."""
-    gen = torch.Generator().manual_seed(0)
-    gates = 4 * cell_dim
-    w_hh = torch.randn(2, gates, projection_dim, generator=gen)
-    w_proj = torch.randn(2, projection_dim, cell_dim, generator=gen)
-    h = torch.randn(2, rows, projection_dim, generator=gen)
-    x = torch.randn(2, rows, gates, generator=gen)
-    a = torch.randn(2, rows, cell_dim, generator=gen)
-    hh = [PackedFP32Linear(w_hh[d]) for d in range(2)]
-    proj = [PackedFP32Linear(w_proj[d]) for d in range(2)]
 
-    def plain() -> None:
-        torch.baddbmm(x, h, w_hh.transpose(1, 2))
-        torch.bmm(a, w_proj.transpose(1, 2))
+def pack_layer(layer: BiProjectedLSTMLayer) -> Dict[str, List[PackedFP32Linear]]:
+    """Packed weights for :func:`recur_packed`: g's rows of ``W_ih``,
+    ``W_hh`` and the bias, and all of ``W_P``, times two (exact)."""
+    C = layer.cell_dim
+    scale = torch.ones(4 * C, 1, device=layer.bias.device)
+    scale[2 * C : 3 * C] = 2.0
+    bias = layer.gate_bias().detach() * scale.squeeze(1)
+    return {
+        "ih": [PackedFP32Linear(layer.weight_ih[d].detach() * scale, bias[d]) for d in range(2)],
+        "hh": [PackedFP32Linear(layer.weight_hh[d].detach() * scale) for d in range(2)],
+        "proj": [PackedFP32Linear(layer.weight_proj[d].detach() * 2.0) for d in range(2)],
+    }
 
-    def packed() -> None:
-        for d in range(2):
-            hh[d](h[d], x[d])
-            proj[d](a[d])
 
-    best = {plain: float("inf"), packed: float("inf")}
-    with torch.inference_mode():
-        for _ in range(rounds):
-            for fn in best:
-                start = time.perf_counter()
-                for _ in range(4):
-                    fn()
-                best[fn] = min(best[fn], time.perf_counter() - start)
-    return best[packed] <= 1.1 * best[plain]
+def sigmoid_cell(gates: torch.Tensor, c2: torch.Tensor, clip: Optional[float]) -> torch.Tensor:
+    """The elementwise half of a :func:`recur_packed` step: ``gates``
+    (2, n, 4 x cell_dim) pre-activations (overwritten), ``c2`` (2, n,
+    cell_dim) the doubled cell state (updated in place), ``clip`` its
+    bound; returns ``o (sigmoid(c2) - 1/2)``, the projection's input."""
+    i, f, s, o = gates.sigmoid_().chunk(4, dim=-1)
+    c2.mul_(f).addcmul_(i, s, value=4.0).sub_(i, alpha=2.0)
+    if clip is not None:
+        c2.clamp_(-clip, clip)
+    return torch.sigmoid(c2).sub_(0.5).mul_(o)
+
+
+Cell = Callable[[torch.Tensor, torch.Tensor, Optional[float]], torch.Tensor]
+
+
+def recur_packed(
+    layer: BiProjectedLSTMLayer,
+    packs: Dict[str, List[PackedFP32Linear]],
+    inputs: torch.Tensor,
+    lengths: List[int],
+    state: State,
+    input_products: Optional[List[torch.Tensor]] = None,
+    cell: Cell = sigmoid_cell,
+) -> Tuple[torch.Tensor, State]:
+    """The in-place recurrence with packed fp32 weights (:func:`pack_layer`;
+    each product's weight is packed on its own, so the products run per
+    direction; the elementwise work, ``cell``, runs on both directions at
+    once). ``input_products``: the layer's ``x W_ih + b`` per direction
+    (T, B, 4 x cell_dim, g's columns doubled) when the caller has them.
+
+    The packed weights give the cell input's (g's) pre-activation doubled
+    and project by ``2 W_P``, so the cell needs sigmoids only, by
+    ``tanh(x) = 2 sigmoid(2x) - 1``, with the cell state kept doubled,
+    ``c2 = 2c``::
+
+        c2 = f c2 + 4 i sigmoid(2g) - 2 i            (= 2 (f c + i tanh(g)))
+        h  = (o (sigmoid(c2) - 1/2)) (2 W_P)         (= (o tanh(c)) W_P)
+
+    Scaling by 2 is exact in floating point; the identity moves results by
+    about 1e-7 (tested against the reference fixtures at 1e-4 like the plain
+    path). One sigmoid over all four gates replaces three activation calls,
+    and torch's CPU tanh kernel is slower than its sigmoid."""
+    ih, hh, proj = packs["ih"], packs["hh"], packs["proj"]
+    n_dir, n_steps, batch, _ = inputs.shape
+    xw = input_products or [
+        ih[d](inputs[d].reshape(-1, layer.input_dim)).view(n_steps, batch, -1) for d in range(n_dir)
+    ]
+    h = state[0].to(torch.float32, copy=True)
+    c2 = state[1].to(torch.float32, copy=True).mul_(2.0)
+    clip = None if layer.cell_clip is None else 2.0 * layer.cell_clip
+    out = inputs.new_zeros(n_dir, n_steps, batch, layer.projection_dim)
+    for t in range(n_steps):
+        n = sum(1 for length in lengths if length > t)
+        if n == 0:
+            break
+        gates = torch.stack([hh[d](h[d, :n], xw[d][t, :n]) for d in range(n_dir)])
+        a = cell(gates, c2[:, :n], clip)
+        for d in range(n_dir):
+            h_t = proj[d](a[d])
+            if layer.proj_clip is not None:
+                h_t.clamp_(-layer.proj_clip, layer.proj_clip)
+            h[d, :n] = h_t
+            out[d, t, :n] = h_t
+    return out, (h, c2.mul_(0.5))
+
+
+def type_input_products(packs: Dict[str, List[PackedFP32Linear]], encodings: torch.Tensor) -> List[torch.Tensor]:
+    """``encodings @ W_ih.T + bias`` (n, 4 x cell_dim) per direction, g's
+    columns doubled as :func:`recur_packed` takes them."""
+    return [packs["ih"][d](encodings) for d in range(2)]
