@@ -18,6 +18,10 @@ to compare or to debug:
   (:data:`.packed.PACK_MIN_ELEMENTS`), True/False force it where supported;
 * ``type_products``: the first LSTM layer's input products made once per
   word type (on the packed and int8 paths);
+* ``packed_cell``: the packed path's elementwise step: ``"sigmoid"``
+  (sigmoids only, :func:`.packed.recur_packed`), ``"tanh"`` (the cell as
+  written, :func:`.packed.recur_packed_tanh`), or a function with
+  :func:`.packed.sigmoid_cell`'s signature (to try another kernel);
 * ``fused_kernel``: PyTorch's fused LSTM for layers without clipping;
 * ``token_cache`` and ``type_product_cache``: word-type caches
   (:mod:`.token_cache`).
@@ -84,6 +88,7 @@ class InferenceEngine:
         *,
         packed_weights: Optional[bool] = None,
         type_products: bool = True,
+        packed_cell: Union[str, packed.Cell] = "sigmoid",
         fused_kernel: bool = True,
         token_cache_size: int = 50_000,
         type_product_cache_bytes: int = 0,
@@ -96,6 +101,8 @@ class InferenceEngine:
         #: Pack fp32 CPU weights with oneDNN: None (the rule:
         #: :data:`.packed.PACK_MIN_ELEMENTS`), True or False.
         self.packed_weights = packed_weights
+        #: The packed path's cell: "sigmoid", "tanh" or a step function.
+        self.packed_cell = packed_cell
         #: Make the first layer's input products once per word type.
         self.type_products = type_products
         #: Run unclipped layers on PyTorch's fused LSTM kernel.
@@ -110,7 +117,7 @@ class InferenceEngine:
     def __repr__(self) -> str:
         return (
             f"InferenceEngine({self.precision!r}, packed_weights={self.packed_weights}, "
-            f"type_products={self.type_products}, fused_kernel={self.fused_kernel})"
+            f"type_products={self.type_products}, packed_cell={self.packed_cell!r}, fused_kernel={self.fused_kernel})"
         )
 
     @property
@@ -157,7 +164,8 @@ class InferenceEngine:
         return cache.get(module, build, key=bound)
 
     def _fp32_packs(self, index: int, layer: BiProjectedLSTMLayer):
-        return self._packed(("fp32", index), layer, packed.pack_layer)
+        doubled = self.packed_cell != "tanh"
+        return self._packed(("fp32", index), layer, lambda module: packed.pack_layer(module, doubled), doubled)
 
     def _int8_packs(self, index: int, layer: BiProjectedLSTMLayer, bound: Optional[float]):
         return self._packed(("int8", index), layer, lambda module: int8.pack_layer(module, bound), bound)
@@ -254,7 +262,11 @@ class InferenceEngine:
         if path == "fused":
             return recur_fused(layer, inputs, lengths, state)
         if path == "packed":
-            return packed.recur_packed(layer, self._fp32_packs(index, layer), inputs, lengths, state, input_products)
+            packs = self._fp32_packs(index, layer)
+            if self.packed_cell == "tanh":
+                return packed.recur_packed_tanh(layer, packs, inputs, lengths, state, input_products)
+            cell = packed.sigmoid_cell if self.packed_cell == "sigmoid" else self.packed_cell
+            return packed.recur_packed(layer, packs, inputs, lengths, state, input_products, cell)
         xw = layer.input_products(inputs, self.compute_dtype)
         return recur_inplace(layer, xw, active_rows(lengths, n_steps), state, inputs.dtype)
 

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from ..lstm import BiProjectedLSTMLayer, State
+from .recurrence import recur_per_direction
 from .token_cache import ThreadLock
 
 
@@ -126,9 +127,17 @@ class PackCache:
 PACK_MIN_ELEMENTS = 1 << 18
 
 
-def pack_layer(layer: BiProjectedLSTMLayer) -> Dict[str, List[PackedFP32Linear]]:
+def pack_layer(layer: BiProjectedLSTMLayer, doubled: bool = True) -> Dict[str, List[PackedFP32Linear]]:
     """Packed weights for :func:`recur_packed`: g's rows of ``W_ih``,
-    ``W_hh`` and the bias, and all of ``W_P``, times two (exact)."""
+    ``W_hh`` and the bias, and all of ``W_P``, times two (exact), or as
+    they are (``doubled=False``, for :func:`recur_packed_tanh`)."""
+    if not doubled:
+        bias = layer.gate_bias().detach()
+        return {
+            "ih": [PackedFP32Linear(layer.weight_ih[d], bias[d]) for d in range(2)],
+            "hh": [PackedFP32Linear(layer.weight_hh[d]) for d in range(2)],
+            "proj": [PackedFP32Linear(layer.weight_proj[d]) for d in range(2)],
+        }
     C = layer.cell_dim
     scale = torch.ones(4 * C, 1, device=layer.bias.device)
     scale[2 * C : 3 * C] = 2.0
@@ -206,7 +215,26 @@ def recur_packed(
     return out, (h, c2.mul_(0.5))
 
 
+def recur_packed_tanh(
+    layer: BiProjectedLSTMLayer,
+    packs: Dict[str, List[PackedFP32Linear]],
+    inputs: torch.Tensor,
+    lengths: List[int],
+    state: State,
+    input_products: Optional[List[torch.Tensor]] = None,
+) -> Tuple[torch.Tensor, State]:
+    """:func:`recur_packed` with the cell as written (tanh activations,
+    ``doubled=False`` packs, one direction after the other): what the
+    sigmoid-only cell is measured against."""
+    hh, proj = packs["hh"], packs["proj"]
+    n_dir, n_steps, batch, _ = inputs.shape
+    xw = input_products or [
+        packs["ih"][d](inputs[d].reshape(-1, layer.input_dim)).view(n_steps, batch, -1) for d in range(n_dir)
+    ]
+    return recur_per_direction(layer, inputs, lengths, state, lambda d, h, x: hh[d](h, x), lambda d, a: proj[d](a), xw)
+
+
 def type_input_products(packs: Dict[str, List[PackedFP32Linear]], encodings: torch.Tensor) -> List[torch.Tensor]:
-    """``encodings @ W_ih.T + bias`` (n, 4 x cell_dim) per direction, g's
-    columns doubled as :func:`recur_packed` takes them."""
+    """``encodings @ W_ih.T + bias`` (n, 4 x cell_dim) per direction, in
+    the form the ``packs`` were made for (g's columns doubled or not)."""
     return [packs["ih"][d](encodings) for d in range(2)]
