@@ -93,10 +93,6 @@ class InferenceEngine:
         token_cache_size: int = 50_000,
         type_product_cache_bytes: int = 0,
     ) -> None:
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, found {precision!r}")
-        #: "fp32", "bf16" or "int8"; set it through ``BiLM.precision`` to have
-        #: it checked against the model's device.
         self.precision = precision
         #: Pack fp32 CPU weights with oneDNN: None (the rule:
         #: :data:`.packed.PACK_MIN_ELEMENTS`), True or False.
@@ -119,6 +115,18 @@ class InferenceEngine:
             f"InferenceEngine({self.precision!r}, packed_weights={self.packed_weights}, "
             f"type_products={self.type_products}, packed_cell={self.packed_cell!r}, fused_kernel={self.fused_kernel})"
         )
+
+    @property
+    def precision(self) -> str:
+        """"fp32", "bf16" or "int8"; set it through ``BiLM.precision`` to have
+        it also checked against the model's device."""
+        return self._precision
+
+    @precision.setter
+    def precision(self, value: str) -> None:
+        if value not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, found {value!r}")
+        self._precision = value
 
     @property
     def compute_dtype(self) -> Optional[torch.dtype]:
