@@ -16,12 +16,12 @@ configurations interleaved so that drift in machine speed hits all alike) for
   activation calls, two of them tanh, directions one after the other),
   instead of the default packed path's sigmoid-only cell with the
   directions' elementwise work stacked
-  (``BiProjectedLSTMLayer._recur_packed``);
+  (``InferenceEngine(packed_cell="tanh")`` against the default ``"sigmoid"``);
 
-whatever the size thresholds for packing
-(``BiProjectedLSTMLayer.PACKED_MIN_WEIGHT_ELEMENTS``, and the measured choice
-for cache-sized weights; the default path of the shape on this machine is
-printed),
+each an :class:`~spacy_elmo.bilm.fast.InferenceEngine` with its switches
+set, whatever the size rule for packing
+(``spacy_elmo.bilm.fast.packed.PACK_MIN_ELEMENTS``; the default path of the
+shape on this machine is printed),
 
 and one LSTM step's recurrent product (32 rows x the shape's 4 x cell_dim
 columns) with a plain ``addmm`` and with the packed weight, in GFLOP/s, and
@@ -32,16 +32,14 @@ the self CPU time by op of one warm pass of the default path
 """
 import copy
 import time
-from unittest import mock
 
 import typer
 
-import spacy_elmo.bilm.lstm as lstm
-from spacy_elmo.benchmark import make_sentences, published_options
+from inference_speed import make_sentences
 from spacy_elmo.bilm import BiLM
-from spacy_elmo.bilm.lstm import BiProjectedLSTMLayer
-from spacy_elmo.bilm.model import BiLM as BiLMClass
-from spacy_elmo.bilm.packed import PackedFP32Linear, packing_supported
+from spacy_elmo.bilm.fast import InferenceEngine, packing_supported
+from spacy_elmo.bilm.fast.packed import PackedFP32Linear
+from spacy_elmo.bilm.options import published_options
 
 
 def _step_products(model: BiLM, rows: int, repeats: int = 20) -> None:
@@ -74,29 +72,6 @@ def _activations(model: BiLM, rows: int, repeats: int = 200) -> None:
         print(f"{name} of {tuple(x.shape)} floats: {1e6 * (time.perf_counter() - start) / repeats:6.0f} us")
 
 
-def _unscaled_packs(layer: BiProjectedLSTMLayer):
-    bias = (layer.bias + layer.forget_offset).detach()
-    return {
-        "ih": [PackedFP32Linear(layer.weight_ih[d], bias[d]) for d in range(2)],
-        "hh": [PackedFP32Linear(layer.weight_hh[d]) for d in range(2)],
-        "proj": [PackedFP32Linear(layer.weight_proj[d]) for d in range(2)],
-    }
-
-
-def _tanh_cell_recurrence(layer: BiProjectedLSTMLayer, inputs, lengths, state, input_products=None):
-    """The packed recurrence with the cell as written: tanh activations,
-    unscaled packed weights, one direction after the other."""
-    packs = layer._packed.get(layer, lambda module: module._packed_weights())
-    hh, proj = packs["hh"], packs["proj"]
-    n_dir, n_steps, batch, _ = inputs.shape
-    xw = input_products or [
-        packs["ih"][d](inputs[d].reshape(-1, layer.input_dim)).view(n_steps, batch, -1) for d in range(n_dir)
-    ]
-    return layer._recur_per_direction(
-        inputs, lengths, state, lambda d, h, x: hh[d](h, x), lambda d, a: proj[d](a), xw
-    )
-
-
 def main(
     shape: str = typer.Option("original", help="small, medium or original"),
     batch_size: int = typer.Option(32, help="Sentences per batch"),
@@ -112,36 +87,25 @@ def main(
     model = BiLM(published_options(shape)).eval()
     sentences = make_sentences(seed=seed)
     n_tokens = sum(len(s) for s in sentences)
-    with torch.inference_mode():
-        default = "packed+types" if model.layers[0].use_packed_weights(torch.zeros(2, 1, 1, 1), None) else "plain"
-    always_pack = mock.patch.object(BiProjectedLSTMLayer, "PACKED_MIN_WEIGHT_ELEMENTS", 0)
-    configs = {
-        "plain": [mock.patch.object(lstm, "packing_supported", lambda: False)],
-        "packed": [always_pack, mock.patch.object(BiLMClass, "_first_input_products", lambda *args: None)],
-        "packed+types": [always_pack],
-        "packed+types+product cache": [always_pack],
-        "packed+types, tanh cell": [
-            always_pack,
-            mock.patch.object(BiProjectedLSTMLayer, "_packed_weights", _unscaled_packs),
-            mock.patch.object(BiProjectedLSTMLayer, "_recur_packed", _tanh_cell_recurrence),
-        ],
+    default = "packed+types" if model.engine.packs_weights(model.layers[0], torch.zeros(1)) else "plain"
+    engines = {
+        "plain": InferenceEngine(packed_weights=False),
+        "packed": InferenceEngine(packed_weights=True, type_products=False),
+        "packed+types": InferenceEngine(packed_weights=True),
+        "packed+types+product cache": InferenceEngine(packed_weights=True, type_product_cache_bytes=128 << 20),
+        "packed+types, tanh cell": InferenceEngine(packed_weights=True, packed_cell="tanh"),
     }
-    # A copy of the model per configuration: packed weights differ between them.
-    models = {name: model if i == 0 else copy.deepcopy(model) for i, name in enumerate(configs)}
-    models["packed+types+product cache"].type_product_cache.max_bytes = 128 << 20
-    best = {name: float("inf") for name in configs}
+    # A copy of the model per configuration, each with its own engine.
+    models = {name: model if i == 0 else copy.deepcopy(model) for i, name in enumerate(engines)}
+    for name, engine in engines.items():
+        models[name].engine = engine
+    best = {name: float("inf") for name in engines}
     for rnd in range(repeats + 1):  # round 0 fills the word caches, packs, warms up
-        for name, patches in configs.items():
-            for patch in patches:
-                patch.start()
-            try:
-                start = time.perf_counter()
-                models[name].embed_sentences(sentences, batch_size=batch_size)
-                if rnd:
-                    best[name] = min(best[name], time.perf_counter() - start)
-            finally:
-                for patch in patches:
-                    patch.stop()
+        for name in engines:
+            start = time.perf_counter()
+            models[name].embed_sentences(sentences, batch_size=batch_size)
+            if rnd:
+                best[name] = min(best[name], time.perf_counter() - start)
     print(f"{shape}, batch {batch_size}, {n_tokens} tokens, {torch.get_num_threads()} threads, torch {torch.__version__}")
     for name, seconds in best.items():
         gain = best["plain"] / seconds - 1
@@ -150,22 +114,16 @@ def main(
     _step_products(model, rows=batch_size)
     _activations(model, rows=batch_size)
     if profile:
-        _profile(models[default], sentences, batch_size, configs[default])
+        _profile(models[default], sentences, batch_size)
 
 
-def _profile(model: BiLM, sentences, batch_size: int, patches) -> None:
+def _profile(model: BiLM, sentences, batch_size: int) -> None:
     """Self CPU time by op of one warm ``embed_sentences`` pass."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    for patch in patches:
-        patch.start()
-    try:
-        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
-            model.embed_sentences(sentences, batch_size=batch_size)
-    finally:
-        for patch in patches:
-            patch.stop()
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        model.embed_sentences(sentences, batch_size=batch_size)
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
 
 

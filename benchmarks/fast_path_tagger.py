@@ -41,7 +41,7 @@ def main(
     from spacy.util import minibatch
 
     import spacy_elmo
-    from spacy_elmo.benchmark import published_options
+    from spacy_elmo.bilm.options import published_options
 
     random.seed(seed)
     torch.manual_seed(seed)

@@ -2,10 +2,10 @@
 
     python benchmarks/fused_cell_kernel.py --shape small --repeats 5
 
-On the packed CPU path (``BiProjectedLSTMLayer._recur_packed``) each step's
-elementwise work — sigmoid of all four gates, the cell update and clip, and
-``o (sigmoid(c2) - 1/2)`` — is a handful of PyTorch calls
-(``BiProjectedLSTMLayer._sigmoid_cell``). This script compiles the same
+On the packed CPU path (``spacy_elmo.bilm.fast.packed.recur_packed``) each
+step's elementwise work — sigmoid of all four gates, the cell update and
+clip, and ``o (sigmoid(c2) - 1/2)`` — is a handful of PyTorch calls
+(``spacy_elmo.bilm.fast.packed.sigmoid_cell``). This script compiles the same
 computation as one C++ loop over rows (``at::vec`` vectors, ``at::parallel_for``
 threads, built at run time with ``torch.utils.cpp_extension.load_inline``: it
 needs a C++ compiler and ninja, and takes about a minute the first time), in
@@ -16,7 +16,7 @@ two variants: ``exp`` (the vectorised exp PyTorch's own sigmoid uses) and
   microseconds;
 * ``embed_sentences`` on the benchmark's 256 sentences, batch 32, word-type
   cache warm, best of ``--repeats`` interleaved rounds, with PyTorch's cell
-  and with each kernel patched in, and the largest difference from the
+  and with each kernel as the engine's ``packed_cell``, and the largest difference from the
   PyTorch cell's outputs.
 
 On a 2-core AVX2 VM (torch 2.13.0+cpu, `--shape small --repeats 5`) the
@@ -28,7 +28,6 @@ more than that between runs. A gain of that size did not justify a compiler
 at run time, so the package keeps PyTorch's cell.
 """
 import time
-from unittest import mock
 
 import typer
 
@@ -137,21 +136,21 @@ def main(
 ) -> None:
     import torch
 
-    from spacy_elmo.benchmark import make_sentences, published_options
+    from inference_speed import make_sentences
+    from spacy_elmo.bilm.options import published_options
     from spacy_elmo.bilm import BiLM
-    from spacy_elmo.bilm.lstm import BiProjectedLSTMLayer
+    from spacy_elmo.bilm.fast import InferenceEngine
+    from spacy_elmo.bilm.fast.packed import sigmoid_cell
 
     start = time.perf_counter()
     kernel = build_kernel()
     typer.echo(f"kernel built/loaded in {time.perf_counter() - start:.0f} s ({torch.backends.cpu.get_cpu_capability()})")
-    torch_cell = BiProjectedLSTMLayer._sigmoid_cell
-
     def kernel_cell(fast_exp: bool):
         def cell(gates, c2, clip):
             return kernel.cell(gates.contiguous(), c2, float("inf") if clip is None else clip, fast_exp)
-        return staticmethod(cell)
+        return cell
 
-    variants = {"torch": staticmethod(torch_cell), "kernel exp": kernel_cell(False), "kernel exp_u20": kernel_cell(True)}
+    variants = {"torch": sigmoid_cell, "kernel exp": kernel_cell(False), "kernel exp_u20": kernel_cell(True)}
 
     options = published_options(shape)
     cell_dim = options.lstm_dim
@@ -160,23 +159,24 @@ def main(
     c2 = torch.randn(2, batch_size, cell_dim, generator=gen) * 3
     with torch.inference_mode():
         for name, variant in variants.items():
-            fn = variant.__func__
+            fn = variant
             seconds = _best_seconds(lambda: fn(gates.clone(), c2.clone(), 6.0), repeats, calls=200)
             typer.echo(f"one step's cell (2 x {batch_size} x {cell_dim}), {name:>14}: {seconds * 1e6:7.1f} us (with two copies)")
 
     model = BiLM(options).eval()
     sentences = make_sentences()
     n_tokens = sum(len(s) for s in sentences)
-    with mock.patch.object(BiProjectedLSTMLayer, "PACK_CACHE_SIZED_WEIGHTS", True), torch.inference_mode():
+    engines = {name: InferenceEngine(packed_weights=True, packed_cell=variant) for name, variant in variants.items()}
+    with torch.inference_mode():
         outputs = {}
-        for name, variant in variants.items():
-            with mock.patch.object(BiProjectedLSTMLayer, "_sigmoid_cell", variant):
-                outputs[name] = model.embed_sentences(sentences, batch_size=batch_size)  # also warms the cache
+        for name, engine in engines.items():
+            model.engine = engine
+            outputs[name] = model.embed_sentences(sentences, batch_size=batch_size)  # also warms the cache
         best = {name: float("inf") for name in variants}
         for _ in range(repeats):
-            for name, variant in variants.items():
-                with mock.patch.object(BiProjectedLSTMLayer, "_sigmoid_cell", variant):
-                    best[name] = min(best[name], _best_seconds(lambda: model.embed_sentences(sentences, batch_size=batch_size), 1))
+            for name, engine in engines.items():
+                model.engine = engine
+                best[name] = min(best[name], _best_seconds(lambda: model.embed_sentences(sentences, batch_size=batch_size), 1))
     for name in variants:
         diff = max(float(abs(a - b).max()) for a, b in zip(outputs["torch"], outputs[name]))
         typer.echo(f"embed_sentences, {shape}, warm, {name:>14}: {n_tokens / best[name]:7,.0f} tokens/s, largest difference {diff:.1e}")

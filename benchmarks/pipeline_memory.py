@@ -42,7 +42,7 @@ def _nlp(shape: str, config: dict):
     import spacy
 
     import spacy_elmo
-    from spacy_elmo.benchmark import published_options
+    from spacy_elmo.bilm.options import published_options
 
     nlp = spacy.blank("en")
     spacy_elmo.add_elmo(nlp, bilm=spacy_elmo.BiLM(published_options(shape)).eval(), config=config)
@@ -70,15 +70,13 @@ def rss(
     docs: int = 10_000,
     batch_size: int = 64,
     product_cache_mib: Optional[int] = typer.Option(None, help="BiLM.type_product_cache budget (default: the library's)"),
-    pack_cache_sized: Optional[bool] = typer.Option(
-        None, "--pack-cache-sized/--no-pack-cache-sized", help="Override the measured choice to pack small's weights"
+    packed_weights: Optional[bool] = typer.Option(
+        None, "--packed-weights/--no-packed-weights", help="Force packed LSTM weights on or off (default: the engine's rule)"
     ),
 ) -> None:
     """Peak RSS while streaming ``docs`` docs through nlp.pipe (default storage)."""
-    from spacy_elmo.bilm.lstm import BiProjectedLSTMLayer
-
-    BiProjectedLSTMLayer.PACK_CACHE_SIZED_WEIGHTS = pack_cache_sized
     nlp = _nlp(shape, {})
+    nlp.get_pipe("elmo").bilm.engine.packed_weights = packed_weights
     if product_cache_mib is not None:
         nlp.get_pipe("elmo").bilm.type_product_cache.max_bytes = product_cache_mib << 20
     before = _status("VmRSS")

@@ -25,7 +25,7 @@ def main(
     import spacy
 
     import spacy_elmo
-    from spacy_elmo.benchmark import published_options
+    from spacy_elmo.bilm.options import published_options
 
     nlp = spacy.blank("en")
     bilm = spacy_elmo.BiLM(published_options(shape)).eval()

@@ -8,7 +8,7 @@ One training step is what ``python -m spacy_elmo pretrain`` does: char ids ->
 BiLM (autograd recurrence, dropout 0.1) -> shared adaptive softmax over a
 ``vocab-size`` vocabulary, both directions -> backward -> clip -> Adam. Batches
 are ``batch-size`` sentences of 5-40 tokens: synthetic Zipf text by default
-(``spacy_elmo.benchmark.make_sentences``), or lines of a real text file
+(``make_sentences`` of ``benchmarks/inference_speed.py``), or lines of a real text file
 tokenised with spaCy's English tokenizer. Tokens/s counts real tokens (not the
 two sentence boundaries). Two warm-up steps are not timed. Runs on CUDA too
 when ``--device cuda`` (default: CUDA if available, else CPU).
@@ -37,7 +37,7 @@ def sentences_from(args):
                 if len(out) >= 20_000:
                     break
         return out
-    from spacy_elmo.benchmark import make_sentences
+    from inference_speed import make_sentences
 
     return make_sentences(4096, seed=0, vocab_size=args.vocab_size)
 
@@ -57,7 +57,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from spacy_elmo.benchmark import flops_per_position, matmul_peak, published_options
+    from inference_speed import flops_per_position, matmul_peak
+    from spacy_elmo.bilm.options import published_options
     from spacy_elmo.bilm.options import BiLMOptions
     from spacy_elmo.pretrain.corpus import Corpus
     from spacy_elmo.pretrain.batches import Batcher, epoch_batches

@@ -30,7 +30,7 @@ def main(
 ) -> None:
     import torch
 
-    from spacy_elmo.benchmark import published_options
+    from spacy_elmo.bilm.options import published_options
     from spacy_elmo.bilm import BiLM
 
     torch.manual_seed(seed)

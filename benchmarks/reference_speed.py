@@ -3,7 +3,7 @@
     bash benchmarks/reference_env.sh /tmp/refenv      # once: AllenNLP 2.10.1
     /tmp/refenv/bin/python benchmarks/reference_speed.py --batch-size 32
 
-The speed ratios in ``python -m spacy_elmo benchmark`` divide by fixed
+The speed ratios in ``python benchmarks/inference_speed.py`` divide by fixed
 reference figures that were measured on one machine; on a slower or faster
 machine they drift with it. This script measures the reference itself, in the
 same process, on the same weights and sentences, so the ratio is the machine's
@@ -103,9 +103,10 @@ def run_shape(
 ) -> List[Dict]:
     import torch
 
-    from spacy_elmo.benchmark import PUBLISHED, _deviation, published_options
+    from inference_speed import PUBLISHED, _deviation
+    from spacy_elmo.bilm.options import published_options
     from spacy_elmo.bilm import BiLM
-    from spacy_elmo.bilm.int8 import int8_supported
+    from spacy_elmo.bilm.fast import int8_supported
 
     ElmoBiLm, batch_to_ids = import_reference()
     torch.manual_seed(seed)
@@ -189,7 +190,7 @@ def main(
 
     import torch
 
-    from spacy_elmo.benchmark import make_sentences, matmul_peak
+    from inference_speed import make_sentences, matmul_peak
 
     sentences = make_sentences(n_sentences, seed=seed)
     n_tokens = sum(len(s) for s in sentences)

@@ -5,12 +5,12 @@ from typing import Any, List, Optional
 
 import typer
 
-app = typer.Typer(help="ELMo for spaCy: embed, download, pretrain, export, benchmark.", no_args_is_help=True)
+app = typer.Typer(help="ELMo for spaCy: embed, download, pretrain, export.", no_args_is_help=True)
 
 
 @app.callback()
 def _root() -> None:
-    """ELMo for spaCy: embed, download, pretrain, export, benchmark."""
+    """ELMo for spaCy: embed, download, pretrain, export."""
 
 
 @app.command()
@@ -67,31 +67,6 @@ def download(
         raise typer.Exit(2)
     typer.echo(f"weights: {weights_path}")
     typer.echo(f"options: {options_path}")
-
-
-@app.command()
-def benchmark(
-    shapes: str = typer.Option("small,medium,original", help="Comma-separated published shapes"),
-    sentences: int = typer.Option(256, help="Number of sentences (5-40 tokens each)"),
-    batch_size: int = typer.Option(64, help="Sentences per batch"),
-    fast: bool = typer.Option(True, help="Also time the bf16 fast path"),
-    device: str = typer.Option("cpu", help="cpu or cuda"),
-    threads: Optional[int] = typer.Option(None, help="torch threads (default: torch's choice)"),
-    output: Optional[Path] = typer.Option(None, help="Write the rows as JSON here"),
-    text: Optional[Path] = typer.Option(None, help="Take the sentences from this file (one a line, 5-40 tokens) instead of synthetic text"),
-) -> None:
-    """Embedding speed on random weights of the published shapes, with the matmul peak."""
-    import json
-
-    import torch
-
-    from .benchmark import run
-
-    if threads:
-        torch.set_num_threads(threads)
-    rows = run([s.strip() for s in shapes.split(",") if s.strip()], sentences, batch_size, fast, device, echo=typer.echo, text=str(text) if text else None)
-    if output:
-        output.write_text(json.dumps(rows, indent=2))
 
 
 def main() -> None:

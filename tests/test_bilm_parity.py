@@ -15,30 +15,31 @@ def parity_model(parity_paths):
 
 
 @pytest.fixture(params=["plain", "packed"])
-def recurrence(request, monkeypatch):
-    """Run the test with the plain recurrence (what these small fixture
-    models use by default) and with the packed-weight CPU recurrence that
-    the published shapes use (its sigmoid-only cell included)."""
-    if request.param == "plain":
-        yield
-        return
-    from spacy_elmo.bilm.lstm import BiProjectedLSTMLayer
-    from spacy_elmo.bilm.packed import packing_supported
+def recurrence(request):
+    """A function that sets a model to run the plain recurrence (what these
+    small fixture models use by default) or the packed-weight CPU
+    recurrence that the published shapes use (its sigmoid-only cell
+    included), and returns the model."""
+    packed = request.param == "packed"
+    if packed:
+        from spacy_elmo.bilm.fast import packing_supported
 
-    if not packing_supported():
-        pytest.skip("this PyTorch build cannot pack weights with oneDNN")
-    monkeypatch.setattr(BiProjectedLSTMLayer, "PACKED_MIN_WEIGHT_ELEMENTS", 0)
-    calls = []
-    packed = BiProjectedLSTMLayer._recur_packed
-    monkeypatch.setattr(BiProjectedLSTMLayer, "_recur_packed", lambda *a, **k: calls.append(1) or packed(*a, **k))
-    yield
-    assert calls, "the packed recurrence did not run"
+        if not packing_supported():
+            pytest.skip("this PyTorch build cannot pack weights with oneDNN")
+
+    def use(model):
+        model.engine.packed_weights = packed
+        path = model.engine.path(model.layers[0], torch.zeros(2, 1, 1, 1), [1])
+        assert path == request.param, path
+        return model
+
+    return use
 
 
 def test_every_layer_of_the_batch(parity_model, parity_sentences, parity_reference, recurrence):
     ids, _ = batch_to_char_ids(parity_sentences)
     with torch.no_grad():
-        out = parity_model(torch.from_numpy(ids))
+        out = recurrence(parity_model)(torch.from_numpy(ids))
     mask = parity_reference["mask"]
     numpy.testing.assert_array_equal(out.mask.numpy(), mask)
     assert len(out.layers) == 3
@@ -47,6 +48,7 @@ def test_every_layer_of_the_batch(parity_model, parity_sentences, parity_referen
 
 
 def test_each_sentence_alone(parity_model, parity_sentences, parity_reference, recurrence):
+    recurrence(parity_model)
     for i, sentence in enumerate(parity_sentences):
         (layers,) = parity_model.embed_sentences([sentence])
         assert layers.shape == (3, len(sentence), 48) and layers.dtype == numpy.float32
@@ -61,7 +63,7 @@ def test_layer0_is_token_encoding_duplicated(parity_model, parity_sentences):
 
 
 def test_allennlp_first_batch_from_zero_state(allennlp_paths, allennlp_batches, recurrence):
-    model = BiLM.from_hdf5(*allennlp_paths).eval()
+    model = recurrence(BiLM.from_hdf5(*allennlp_paths).eval())
     sentences, expected = allennlp_batches[0]
     for got, want in zip(model.embed_sentences(sentences, batch_size=3), expected):
         numpy.testing.assert_allclose(got[2], want, atol=ATOL, rtol=0)
@@ -75,7 +77,7 @@ def test_allennlp_later_batches_need_the_carried_state(allennlp_paths, allennlp_
 
 
 def test_allennlp_all_batches_with_stateful_replay(allennlp_paths, allennlp_batches, recurrence):
-    model = BiLM.from_hdf5(*allennlp_paths, stateful=True).eval()
+    model = recurrence(BiLM.from_hdf5(*allennlp_paths, stateful=True).eval())
     for sentences, expected in allennlp_batches:
         for got, want in zip(model.embed_sentences(sentences, batch_size=3), expected):
             numpy.testing.assert_allclose(got[2], want, atol=ATOL, rtol=0)

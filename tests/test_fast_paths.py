@@ -120,70 +120,61 @@ def test_fused_kernel_for_unclipped_models_equals_our_recurrence():
     model = random_model(**{"lstm.cell_clip": None, "lstm.proj_clip": None})
     ids, _ = batch_to_char_ids(SENTENCES)
     ids = torch.from_numpy(ids)
+    x = torch.zeros(2, 1, 1, 4)
     with torch.no_grad():
-        assert model.layers[0].use_fused_kernel([3, 2], None)
+        assert model.engine.path(model.layers[0], x, [3, 2]) == "fused"
         fused = model(ids).layers
-        model.layers[0].use_fused_kernel = lambda *a: False
-        model.layers[1].use_fused_kernel = lambda *a: False
+        model.engine.fused_kernel = False
+        assert model.engine.path(model.layers[0], x, [3, 2]) == "plain"
         ours = model(ids).layers
     for a, b in zip(fused, ours):
         numpy.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, rtol=0)
-        # Clipped models (all published ones) never take it.
-        assert not random_model().layers[0].use_fused_kernel([3, 2], None)
+    # Clipped models (all published ones) never take it.
+    clipped = random_model()
+    assert clipped.engine.path(clipped.layers[0], x, [3, 2]) != "fused"
 
 
-@pytest.fixture
-def packed_everywhere(monkeypatch):
-    """Pack the test models' (small) weights too, as the large shapes are."""
-    from spacy_elmo.bilm.lstm import BiProjectedLSTMLayer
-
-    monkeypatch.setattr(BiProjectedLSTMLayer, "PACKED_MIN_WEIGHT_ELEMENTS", 0)
-
-
-def _plain_products(monkeypatch):
-    import spacy_elmo.bilm.lstm as lstm
-
-    monkeypatch.setattr(lstm, "packing_supported", lambda: False)
-
-
-def test_packed_weights_equal_plain_products(monkeypatch, packed_everywhere):
-    from spacy_elmo.bilm.packed import packing_supported
+def test_packed_weights_equal_plain_products():
+    from spacy_elmo.bilm.fast import packing_supported
 
     # The x86 CPU wheels of PyTorch have oneDNN: the fast path must be on there.
     assert packing_supported() == torch.backends.mkldnn.is_available()
     model = random_model()
+    model.engine.packed_weights = True  # the test model's weights are below the rule's size
     ids = torch.from_numpy(batch_to_char_ids(SENTENCES)[0])
+    x = torch.zeros(2, 1, 1, 4)
     with torch.no_grad():
-        assert model.layers[0].use_packed_weights(torch.zeros(2, 1, 1, 4), None)
-        assert not model.layers[0].use_packed_weights(torch.zeros(2, 1, 1, 4), torch.bfloat16)
+        assert model.engine.path(model.layers[0], x, [1]) == "packed"
+        assert not model.engine.packs_weights(model.layers[0], x.double())
         packed = model(ids).layers
-        _plain_products(monkeypatch)
-        assert not model.layers[0].use_packed_weights(torch.zeros(2, 1, 1, 4), None)
+        model.engine.packed_weights = False
+        assert model.engine.path(model.layers[0], x, [1]) == "plain"
         plain = model(ids).layers
     for a, b in zip(packed, plain):
         numpy.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, rtol=0)
 
 
-def test_first_layer_input_products_per_type_equal_per_position(monkeypatch, packed_everywhere):
-    from spacy_elmo.bilm.model import BiLM
-
-    model = _default_init_model()
+def test_first_layer_input_products_per_type_equal_per_position():
+    model = _default_init_model(packed_weights=True)
     # Repeated words in one batch, at different positions and lengths.
     sentences = SENTENCES + [["the", "bank", "the", "bank", "."], ["bank", "."], ["."]]
     ids = torch.from_numpy(batch_to_char_ids(sentences)[0])
     with torch.no_grad():
         encoded, inverse, keys = model._encode_types(ids)
-        assert model._first_input_products(encoded, inverse, torch.zeros_like(inverse)) is not None
-        assert keys is not None and model._first_input_products(encoded, inverse, torch.zeros_like(inverse), keys) is not None
-    per_type = model.embed_sentences(sentences)
-    monkeypatch.setattr(BiLM, "_first_input_products", lambda *args: None)
-    per_position = model.embed_sentences(sentences)
+        rev = torch.zeros_like(inverse)
+        assert keys is not None
+        assert model.engine.first_layer_products(model, encoded, inverse, rev) is not None
+        assert model.engine.first_layer_products(model, encoded, inverse, rev, keys) is not None
+        per_type = model.embed_sentences(sentences)
+        model.engine.type_products = False
+        assert model.engine.first_layer_products(model, encoded, inverse, rev) is None
+        per_position = model.embed_sentences(sentences)
     for a, b in zip(per_type, per_position):
         numpy.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
 
 
-def test_type_product_cache_is_opt_in_used_and_exact(packed_everywhere):
-    model = _default_init_model()
+def test_type_product_cache_is_opt_in_used_and_exact():
+    model = _default_init_model(packed_weights=True)
     cache = model.type_product_cache
     model.embed_sentences(SENTENCES)
     assert cache.max_bytes == 0 and len(cache) == 0 and cache.hits == cache.misses == 0
@@ -201,12 +192,12 @@ def test_type_product_cache_is_opt_in_used_and_exact(packed_everywhere):
     assert cache.hits == hits and len(cache) == 0
 
 
-def test_type_product_cache_serves_the_int8_path(packed_everywhere):
-    from spacy_elmo.bilm.int8 import int8_supported
+def test_type_product_cache_serves_the_int8_path():
+    from spacy_elmo.bilm.fast import int8_supported
 
     if not int8_supported():
         pytest.skip("this PyTorch build has no fbgemm/x86 quantized kernels")
-    model = _default_init_model()
+    model = _default_init_model(packed_weights=True)
     model.precision = "int8"
     uncached = model.embed_sentences(SENTENCES)
     model.type_product_cache.max_bytes = 1 << 20
@@ -218,9 +209,9 @@ def test_type_product_cache_serves_the_int8_path(packed_everywhere):
         numpy.testing.assert_array_equal(b, c)
 
 
-def test_type_product_cache_evicts_least_recently_used_types(packed_everywhere):
-    model = _default_init_model()
-    reference = _default_init_model()
+def test_type_product_cache_evicts_least_recently_used_types():
+    model = _default_init_model(packed_weights=True)
+    reference = _default_init_model(packed_weights=True)
     reference.type_product_cache.max_bytes = 0
     cache = model.type_product_cache
     cache.max_bytes = 6 * 2 * 4 * model.layers[0].cell_dim * 4  # six types (<S> and </S> among them)
@@ -241,11 +232,11 @@ def test_type_product_cache_evicts_least_recently_used_types(packed_everywhere):
     assert cache.hits > 0 and cache.misses > 6
 
 
-def test_type_product_cache_empties_when_weights_change(packed_everywhere):
+def test_type_product_cache_empties_when_weights_change():
     import copy
     import pickle
 
-    model = _default_init_model()
+    model = _default_init_model(packed_weights=True)
     model.type_product_cache.max_bytes = 1 << 20
     model.embed_sentences(SENTENCES[:1])
     assert len(model.type_product_cache) > 0
@@ -254,7 +245,7 @@ def test_type_product_cache_empties_when_weights_change(packed_everywhere):
     with torch.no_grad():
         model.layers[0].bias.add_(0.5)  # an optimizer step does the same
     after = model.embed_sentences(SENTENCES[:1])[0]
-    fresh = _default_init_model()
+    fresh = _default_init_model(packed_weights=True)
     with torch.no_grad():
         fresh.layers[0].bias.add_(0.5)
     numpy.testing.assert_allclose(after, fresh.embed_sentences(SENTENCES[:1])[0], atol=1e-6, rtol=0)
@@ -267,16 +258,20 @@ def _relative_rms(exact, approx):
     return (num / sum(float((a.astype("d") ** 2).sum()) for a in exact)) ** 0.5
 
 
-def _default_init_model(seed=0):
+def _default_init_model(seed=0, packed_weights=None):
+    """The test model at PyTorch's default init; ``packed_weights=True`` packs
+    its (small) weights as the published shapes' are."""
     from spacy_elmo import BiLM
     from conftest import small_options
 
     torch.manual_seed(seed)
-    return BiLM(small_options()).eval()
+    model = BiLM(small_options()).eval()
+    model.engine.packed_weights = packed_weights
+    return model
 
 
 def test_int8_fast_path_is_close_and_opt_in():
-    from spacy_elmo.bilm.int8 import int8_supported
+    from spacy_elmo.bilm.fast import int8_supported
 
     if not int8_supported():
         pytest.skip("this PyTorch build has no fbgemm/x86 quantized kernels")
@@ -295,57 +290,43 @@ def test_int8_fast_path_is_close_and_opt_in():
         numpy.testing.assert_array_equal(a, b)
 
 
-def test_only_large_weights_are_packed():
+def test_packing_follows_a_static_rule_and_the_engine_switch():
+    """Published shapes' weights (the small one's 2^19 elements and up) are
+    packed, the test models' are not, unless the engine says otherwise;
+    training never packs (autograd runs the exact model)."""
+    from spacy_elmo.bilm.fast import InferenceEngine
     from spacy_elmo.bilm.lstm import BiProjectedLSTMLayer
 
     x = torch.zeros(2, 1, 1, 4)
-    with torch.no_grad():
-        assert not random_model().layers[0].use_packed_weights(x, None)
-        # The medium published shape (2048 cells, 256 projection) is packed.
-        medium = BiProjectedLSTMLayer(256, 2048, 256)
-        assert medium.use_packed_weights(x, None) == torch.backends.mkldnn.is_available()
-
-
-def test_cache_sized_weights_are_packed_where_measured_to_pay(monkeypatch):
-    """The small published shape's weights (2 MB) are packed where a one-time
-    measurement on this machine says so, or as the class attribute says."""
-    import spacy_elmo.bilm.lstm as lstm
-    from spacy_elmo.bilm.packed import packing_pays, packing_supported
-
-    if not packing_supported():
-        pytest.skip("this PyTorch build cannot pack fp32 weights with oneDNN")
-    small = lstm.BiProjectedLSTMLayer(128, 1024, 128)
-    x = torch.zeros(2, 1, 1, 4)
-    with torch.no_grad():
-        measured = packing_pays(1024, 128, torch.get_num_threads())
-        assert isinstance(measured, bool)
-        assert small.use_packed_weights(x, None) == measured
-        for verdict in (True, False):
-            monkeypatch.setattr(lstm, "packing_pays", lambda *args, verdict=verdict: verdict)
-            assert small.use_packed_weights(x, None) == verdict
-            monkeypatch.setattr(lstm.BiProjectedLSTMLayer, "PACK_CACHE_SIZED_WEIGHTS", not verdict)
-            assert small.use_packed_weights(x, None) == (not verdict)
-            monkeypatch.setattr(lstm.BiProjectedLSTMLayer, "PACK_CACHE_SIZED_WEIGHTS", None)
-        # Training never packs.
-        monkeypatch.setattr(lstm.BiProjectedLSTMLayer, "PACK_CACHE_SIZED_WEIGHTS", True)
-    assert not small.use_packed_weights(x, None)
+    tiny, small = random_model().layers[0], BiProjectedLSTMLayer(128, 1024, 128)
+    supported = torch.backends.mkldnn.is_available()
+    engine = InferenceEngine()
+    assert not engine.packs_weights(tiny, x)
+    assert engine.packs_weights(small, x) == supported
+    assert engine.packs_weights(BiProjectedLSTMLayer(256, 2048, 256), x) == supported  # medium
+    assert InferenceEngine(packed_weights=True).packs_weights(tiny, x) == supported
+    assert not InferenceEngine(packed_weights=False).packs_weights(small, x)
+    for precision in ("bf16", "int8"):
+        assert not InferenceEngine(precision, packed_weights=True).packs_weights(small, x)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        InferenceEngine("int4")
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
-def test_packed_weights_follow_weight_changes_and_copies(precision, packed_everywhere):
+def test_packed_weights_follow_weight_changes_and_copies(precision):
     """Packed fp32 (oneDNN) and int8 weights are remade when weights change
     and are not shared by copies."""
     import copy
     import pickle
 
-    from spacy_elmo.bilm.int8 import int8_supported
+    from spacy_elmo.bilm.fast import int8_supported
 
     if precision == "int8" and not int8_supported():
         pytest.skip("this PyTorch build has no fbgemm/x86 quantized kernels")
-    model, other = _default_init_model(0), _default_init_model(1)
+    model, other = _default_init_model(0, packed_weights=True), _default_init_model(1, packed_weights=True)
     model.precision = other.precision = precision
-    with torch.no_grad():
-        assert model.layers[0].use_packed_weights(torch.zeros(2, 1, 1, 4), None) == torch.backends.mkldnn.is_available()
+    if precision == "fp32":
+        assert model.engine.packs_weights(model.layers[0], torch.zeros(2, 1, 1, 4)) == torch.backends.mkldnn.is_available()
     before = model.embed_sentences(SENTENCES)
     model.load_state_dict(other.state_dict())  # in-place copy into the same tensors
     after = model.embed_sentences(SENTENCES)
@@ -361,6 +342,32 @@ def test_packed_weights_follow_weight_changes_and_copies(precision, packed_every
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_int8_is_cpu_only():
-    model = _default_init_model().cuda()
+    model = _default_init_model(packed_weights=True).cuda()
     with pytest.raises(ValueError, match="CPU only"):
         model.precision = "int8"
+
+
+def test_packed_cells_agree():
+    """The packed path's sigmoid-only cell, the cell as written (tanh) and a
+    step function given by name give the same vectors."""
+    from spacy_elmo.bilm.fast import InferenceEngine, packing_supported
+    from spacy_elmo.bilm.fast.packed import sigmoid_cell
+
+    if not packing_supported():
+        pytest.skip("this PyTorch build cannot pack fp32 weights with oneDNN")
+    model = _default_init_model()
+    outputs = {}
+    calls = []
+
+    def counting_cell(*args):
+        calls.append(1)
+        return sigmoid_cell(*args)
+
+    for cell in ("sigmoid", "tanh", counting_cell):
+        model.engine = InferenceEngine(packed_weights=True, packed_cell=cell)
+        outputs[str(cell)] = model.embed_sentences(SENTENCES)
+    assert calls
+    sigmoid = outputs.pop("sigmoid")
+    for other in outputs.values():
+        for a, b in zip(sigmoid, other):
+            numpy.testing.assert_allclose(a, b, atol=1e-5, rtol=0)

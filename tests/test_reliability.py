@@ -49,26 +49,25 @@ def one_torch_thread():
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
-def test_concurrent_calls_with_the_product_cache_give_sequential_vectors(precision, monkeypatch, one_torch_thread):
+def test_concurrent_calls_with_the_product_cache_give_sequential_vectors(precision, one_torch_thread):
     """Several threads calling nlp() on one pipeline with the opt-in product
     cache on (packed fp32 or int8) get exactly the vectors of sequential
     calls (before the cache locks: ~99% of these Docs had wrong vectors)."""
-    from spacy_elmo.bilm.int8 import int8_supported
-    from spacy_elmo.bilm.lstm import BiProjectedLSTMLayer
-    from spacy_elmo.bilm.packed import packing_supported
+    from spacy_elmo.bilm.fast import int8_supported, packing_supported
 
     if precision == "int8" and not int8_supported():
         pytest.skip("no fbgemm/x86 quantized kernels")
     if precision == "fp32" and not packing_supported():
         pytest.skip("no oneDNN packed weights")
-    # Pack the test model's small weights, as the published shapes are.
-    monkeypatch.setattr(BiProjectedLSTMLayer, "PACKED_MIN_WEIGHT_ELEMENTS", 0)
     config = {"model": {"precision": precision}}
     sequential = spacy.blank("en")
     add_elmo(sequential, bilm=random_model(0), config=config)
     nlp = spacy.blank("en")
     add_elmo(nlp, bilm=random_model(0), config=config)
     bilm = nlp.get_pipe("elmo").bilm
+    # Pack the test model's small weights, as the published shapes are.
+    for model in (bilm, sequential.get_pipe("elmo").bilm):
+        model.engine.packed_weights = True
     # Sixteen types: every call evicts rows that other threads' calls use.
     bilm.type_product_cache.max_bytes = 16 * 2 * 4 * bilm.layers[0].cell_dim * 4
     texts = _thread_texts()
@@ -149,10 +148,9 @@ def test_options_are_validated_before_allocation(changes, field, monkeypatch):
 
 
 def test_published_shapes_are_within_the_bounds():
-    from spacy_elmo.benchmark import PUBLISHED, published_options
-    from spacy_elmo.bilm.options import MAX_PARAMETERS, parameter_count
+    from spacy_elmo.bilm.options import MAX_PARAMETERS, PUBLISHED_SHAPES, parameter_count, published_options
 
-    for name in PUBLISHED:
+    for name in PUBLISHED_SHAPES:
         options = published_options(name)
         assert parameter_count(options) * 10 < MAX_PARAMETERS
         assert parameter_count(options) == sum(p.numel() for p in BiLM(options).parameters())

@@ -1,5 +1,4 @@
 """The biLM: token encoder + forward and backward LSTM stacks -> L+1 layers."""
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -9,10 +8,16 @@ import torch
 from torch import nn
 
 from .chars import batch_to_char_ids
-from .int8 import int8_supported
+from .fast.engine import PRECISIONS, InferenceEngine, bf16_supported, check_precision  # noqa: F401
+from .fast.token_cache import (  # noqa: F401 (check_token_cache_size: used by the thinc layer)
+    MAX_TOKEN_CACHE_SIZE,
+    ThreadLock,
+    TokenCache,
+    TypeProductCache,
+    check_token_cache_size,
+)
 from .lstm import BiProjectedLSTMLayer, State
 from .options import BiLMOptions
-from .token_cache import ThreadLock, TokenCache, TypeProductCache, type_keys
 from .token_encoder import CharCNNEncoder
 
 PathLike = Union[str, Path]
@@ -27,37 +32,11 @@ class BiLMOutput:
     mask: torch.Tensor
 
 
-def bf16_supported(device: Union[str, torch.device] = "cpu") -> bool:
-    """Whether bf16 matrix products run natively on ``device`` (CUDA with bf16,
-    or a CPU with avx512_bf16 or AMX). Elsewhere torch emulates bf16, which
-    is many times slower than fp32."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-
-
 def reverse_index(lengths: torch.Tensor, n_steps: int) -> torch.Tensor:
     """(B, T) index that reverses each row within its length (an involution)."""
     steps = torch.arange(n_steps, device=lengths.device).unsqueeze(0)
     lengths = lengths.unsqueeze(1)
     return torch.where(steps < lengths, lengths - 1 - steps, steps)
-
-
-#: Largest word-type cache (entries): 20x the default 50,000; at the
-#: original shape an entry is 2 KiB, so 2 GiB when full.
-MAX_TOKEN_CACHE_SIZE = 1_000_000
-
-
-def check_token_cache_size(value: Any) -> int:
-    """``value`` if it is a valid ``token_cache_size`` (an integer in [0,
-    :data:`MAX_TOKEN_CACHE_SIZE`]), else a ValueError that says so."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKEN_CACHE_SIZE:
-        raise ValueError(
-            f"token_cache_size must be an integer in [0, {MAX_TOKEN_CACHE_SIZE}] (0 turns the word-type "
-            f"cache off), found {value!r}"
-        )
-    return value
 
 
 class BiLM(nn.Module):
@@ -110,22 +89,15 @@ class BiLM(nn.Module):
             for _ in range(options.n_layers)
         )
         self.stateful = stateful
-        #: Word-type cache of token encodings, used in inference only; see
-        #: :mod:`spacy_elmo.bilm.token_cache`. ``token_cache.max_size = 0`` disables it.
-        self.token_cache = TokenCache(token_cache_size)
-        #: The first LSTM layer's input products of recently seen word types,
-        #: on the CPU paths that make them per type; opt-in (``max_bytes`` 0
-        #: by default: it pays where the same text is embedded repeatedly,
-        #: see :class:`spacy_elmo.bilm.token_cache.TypeProductCache`). Used
-        #: only where the word-type cache is.
-        self.type_product_cache = TypeProductCache()
-        self.precision = "fp32"
+        #: How inference (autograd off) runs: precision, fast paths and
+        #: word-type caches; see :mod:`spacy_elmo.bilm.fast.engine`.
+        self.engine = InferenceEngine(token_cache_size=token_cache_size)
         self._states: Optional[List[State]] = None
         #: Serializes calls in stateful mode only (see :meth:`forward`).
         self._stateful_lock = ThreadLock()
 
     # ------------------------------------------------------------------ info
-    PRECISIONS = ("fp32", "bf16", "int8")
+    PRECISIONS = PRECISIONS
 
     @property
     def precision(self) -> str:
@@ -133,33 +105,29 @@ class BiLM(nn.Module):
         ``"bf16"`` runs the matrix products in bfloat16 (fp32 cell state and
         outputs; fast where the CPU or GPU has native bf16), ``"int8"`` runs
         them with int8 weights and dynamically quantized activations (CPU
-        only; see :mod:`spacy_elmo.bilm.int8`). Their deviation from the
-        exact path is reported by ``python -m spacy_elmo benchmark``.
-        Training ignores it (use autocast)."""
-        return self._precision
+        only; see :mod:`spacy_elmo.bilm.fast.int8`). Their deviation from the
+        exact path is reported by ``python benchmarks/inference_speed.py``.
+        Training ignores it (use autocast). It is :attr:`engine`'s, checked
+        here against the model's device."""
+        return self.engine.precision
 
     @precision.setter
     def precision(self, value: str) -> None:
-        if value not in self.PRECISIONS:
-            raise ValueError(f"precision must be one of {self.PRECISIONS}, found {value!r}")
-        if value == "bf16" and getattr(self, "_precision", "fp32") != "bf16" and not bf16_supported(self.device):
-            warnings.warn(
-                f"precision='bf16' on {self.device}, which has no native bf16: it will be slower than fp32",
-                RuntimeWarning,
-            )
-        if value == "int8":
-            if self.device.type != "cpu":
-                raise ValueError(f"precision='int8' runs on CPU only; this biLM is on {self.device}")
-            if not int8_supported():
-                raise ValueError("precision='int8' needs PyTorch's fbgemm/x86 quantized kernels")
-        self._precision = value
-        self.token_encoder.use_int8 = value == "int8"
+        self.engine.precision = check_precision(value, self.device, self.engine.precision)
 
     @property
-    def _compute_dtype(self) -> Optional[torch.dtype]:
-        if self._precision == "bf16" and not torch.is_grad_enabled():
-            return torch.bfloat16
-        return None
+    def token_cache(self) -> TokenCache:
+        """Word-type cache of token encodings, used in inference only (the
+        engine's; ``token_cache.max_size = 0`` disables it)."""
+        return self.engine.token_cache
+
+    @property
+    def type_product_cache(self) -> TypeProductCache:
+        """The first LSTM layer's input products of recently seen word types,
+        on the CPU paths that make them per type; opt-in (``max_bytes`` 0 by
+        default; see :class:`~spacy_elmo.bilm.fast.token_cache.TypeProductCache`).
+        Used only where the word-type cache is."""
+        return self.engine.type_product_cache
 
     @property
     def num_layers(self) -> int:
@@ -257,84 +225,26 @@ class BiLM(nn.Module):
         """The encodings (n_types, projection_dim) of the distinct tokens of
         non-empty ``char_ids``, each token's type index (its leading shape),
         and the types' cache keys (None where the word-type cache is not
-        used: training, autograd, or ``token_cache.max_size == 0``)."""
+        used: autograd on, training mode, or ``token_cache.max_size == 0``)."""
         flat = char_ids.reshape(-1, char_ids.shape[-1])
         unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
-        use_cache = (
-            self.token_cache.max_size > 0 and not self.training and not torch.is_grad_enabled()
-        )
-        keys = type_keys(unique) if use_cache else None
-        dtype = self._compute_dtype
-        with torch.autocast(unique.device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-            if use_cache:
-                with self.token_cache.lock:  # check and fill as one step for concurrent calls
-                    self.token_cache.check(self.token_encoder, self._precision)
-                    encoded = self.token_cache.encode(self.token_encoder, unique, keys)
-            else:
-                encoded = self.token_encoder(unique)
+        if torch.is_grad_enabled():
+            encoded, keys = self.token_encoder(unique), None
+        else:
+            encoded, keys = self.engine.encode_types(self, unique)
         weight = self.token_encoder.char_embedding.weight
         return encoded.to(weight.dtype), inverse.reshape(char_ids.shape[:-1]), keys
-
-    def _first_input_products(
-        self, encoded: torch.Tensor, inverse: torch.Tensor, rev: torch.Tensor, keys: Optional[List[bytes]] = None
-    ) -> Optional[List[torch.Tensor]]:
-        """The first LSTM layer's input products, computed once per token
-        type and gathered into place ((T, B, 4 x cell_dim) per direction), or
-        None where that layer computes them itself. Exact: like the token
-        encoding, ``x W_ih + b`` depends on the word alone. CPU inference on
-        the packed-weight and int8 paths, where the layer's own product would
-        cost a quarter of the LSTM work. With the word types' cache ``keys``,
-        products of types seen in earlier calls come from
-        :attr:`type_product_cache`."""
-        first = self.layers[0]
-        int8 = self._precision == "int8"
-        if (
-            torch.is_grad_enabled()
-            or (self.training and self.dropout)
-            or encoded.device.type != "cpu"
-            or not (int8 or first.use_packed_weights(encoded.unsqueeze(0), self._compute_dtype))
-        ):
-            return None
-        positions = [inverse.t(), inverse.gather(1, rev).t()]  # forward, backward (T, B)
-        if keys is not None:  # (a cache that is off frees itself and returns None)
-            cache = self.type_product_cache
-            with cache.lock:  # check and lookup as one step for concurrent calls
-                cache.check([self.token_encoder, first], self._precision)
-                cached = cache.lookup(
-                    keys,
-                    4 * first.cell_dim,
-                    encoded,
-                    lambda index: first.type_input_products(encoded.index_select(0, index), int8=int8),
-                    positions,
-                )
-            if cached is not None:
-                return cached
-        per_type = first.type_input_products(encoded, int8=int8)
-        return [
-            products.index_select(0, index.reshape(-1)).view(*index.shape, -1)
-            for products, index in zip(per_type, positions)
-        ]
 
     def clear_caches(self) -> None:
         """Empty the word-type caches (token encodings and first-layer input
         products), e.g. to time a cold start; outputs do not change."""
-        self.token_cache.clear()
-        self.type_product_cache.clear()
-
-    def _int8_input_bound(self, index: int) -> Optional[float]:
-        """A bound on the inputs of LSTM layer ``index`` (None for the first:
-        token encodings have none). With skip connections layer l reads the
-        sum of the outputs of layers 0..l-1, otherwise layer l-1's output."""
-        if index == 0:
-            return None
-        bounds = [layer.output_bound() for layer in self.layers[:index]]
-        return sum(bounds) if self.options.use_skip_connections else bounds[-1]
+        self.engine.clear()
 
     def forward(self, char_ids: torch.Tensor) -> BiLMOutput:
         """Concurrent calls (threads sharing one biLM, e.g. a server running
         one pipeline) give the same outputs as sequential calls: the
         word-type and packed-weight caches are consulted under their locks
-        (:mod:`.token_cache`). In stateful mode, where a call reads the
+        (:mod:`.fast.token_cache`). In stateful mode, where a call reads the
         state the previous call left, whole calls run one at a time (their
         order is then the threads' order, so use one thread to replay)."""
         if self.stateful:
@@ -345,7 +255,7 @@ class BiLM(nn.Module):
     def _forward(self, char_ids: torch.Tensor) -> BiLMOutput:
         if char_ids.dim() != 3:
             raise ValueError(f"char_ids must be (batch, tokens, chars), found shape {tuple(char_ids.shape)}")
-        if self._precision == "int8" and char_ids.device.type != "cpu":
+        if self.precision == "int8" and char_ids.device.type != "cpu":
             raise ValueError(f"precision='int8' runs on CPU only; got input on {char_ids.device}")
         mask = (char_ids > 0).any(dim=-1)
         lengths = mask.sum(dim=1)
@@ -358,13 +268,16 @@ class BiLM(nn.Module):
         sorted_ids = char_ids[order, :n_steps]
 
         rev = reverse_index(sorted_lengths, n_steps)
+        # Without autograd, the engine runs the layers (fast paths, caches).
+        engine = None if torch.is_grad_enabled() else self.engine
         first_products = None
         if sorted_ids.numel() == 0:
             tokens = self.token_encoder(sorted_ids)
         else:
             encoded, inverse, keys = self._encode_types(sorted_ids)
             tokens = encoded.index_select(0, inverse.reshape(-1)).view(batch, n_steps, -1)
-            first_products = self._first_input_products(encoded, inverse, rev, keys)
+            if engine is not None:
+                first_products = engine.first_layer_products(self, encoded, inverse, rev, keys)
         tokens = tokens * mask[order, :n_steps].unsqueeze(-1)
         backward_tokens = tokens.gather(1, rev.unsqueeze(-1).expand_as(tokens))
         # (2, T, B, dim), time-major for the recurrence.
@@ -382,12 +295,10 @@ class BiLM(nn.Module):
             # the next layer makes its own (peak RSS for 10,000 Brown docs on
             # the packed small shape: 1,350 -> 1,204 MiB, README "Memory").
             first_products = None
-            if self._precision == "int8" and not torch.is_grad_enabled():
-                out, final = layer.forward_int8(
-                    layer_in, lengths_list, state, self._int8_input_bound(index), input_products=products
-                )
+            if engine is None:
+                out, final = layer(layer_in, lengths_list, state)
             else:
-                out, final = layer(layer_in, lengths_list, state, self._compute_dtype, input_products=products)
+                out, final = engine.run_layer(self, index, layer_in, lengths_list, state, products)
             finals.append(final)
             if index > 0 and self.options.use_skip_connections:
                 out = out + x

@@ -1,12 +1,13 @@
 """Context-free token encoder: char embedding -> CNN -> max-pool -> highway -> projection."""
-from typing import Dict
+from typing import Callable, Optional, Sequence
 
 import torch
 from torch import nn
 
 from .chars import PAD_CHAR
-from .int8 import Int8Cache, PackedLinear
 from .options import BiLMOptions
+
+Product = Callable[[torch.Tensor], torch.Tensor]
 
 PAD_ID = PAD_CHAR + 1  # in-word padding, +1 scheme
 
@@ -50,9 +51,11 @@ class CharCNNEncoder(nn.Module):
         )
         self.output_dim = options.projection_dim
         self.max_width = max(width for width, _ in options.filters)
-        self._int8 = Int8Cache()
 
-    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, char_ids: torch.Tensor, conv_products: Optional[Sequence[Product]] = None) -> torch.Tensor:
+        """``conv_products[k](windows)``, where given, replaces the product
+        of convolution ``k``'s unfolded windows (n, width x char_dim) by its
+        kernel (an inference engine's int8 weights, :mod:`.fast.int8`)."""
         lead = char_ids.shape[:-1]
         if char_ids.shape[-1] != self.max_chars:
             raise ValueError(
@@ -67,7 +70,7 @@ class CharCNNEncoder(nn.Module):
         parts = []
         for start in range(0, flat.shape[0], self.chunk_size):
             rows = order[start : start + self.chunk_size]
-            parts.append(self._encode(flat[rows], int(span[rows[-1]])))
+            parts.append(self._encode(flat[rows], int(span[rows[-1]]), conv_products))
         x = torch.cat(parts) if len(parts) > 1 else parts[0]
         x = x.index_select(0, torch.argsort(order))
         return x.reshape(*lead, self.output_dim)
@@ -88,25 +91,7 @@ class CharCNNEncoder(nn.Module):
         real = (flat != PAD_ID) & (flat != 0)
         return (real * positions).amax(dim=1)
 
-    #: Set by :class:`~spacy_elmo.BiLM` for ``precision="int8"``: inference
-    #: then runs the convolutions, highway and projection products in int8.
-    use_int8 = False
-
-    @staticmethod
-    def _int8_packs(encoder: "CharCNNEncoder") -> Dict[str, object]:
-        # Convolution inputs are rows of the char embedding: bounded by its
-        # largest entry. The highway and projection inputs have no bound and
-        # stay in float32 (see .int8).
-        bound = float(encoder.char_embedding.weight.detach().abs().max()) or 1.0
-        convs = []
-        for conv in encoder.convs:
-            n_out, char_dim, size = conv.weight.shape
-            convs.append(PackedLinear(conv.weight.permute(0, 2, 1).reshape(n_out, size * char_dim), None, bound))
-        return {"convs": convs}
-
-    def _encode(self, flat: torch.Tensor, span: int) -> torch.Tensor:
-        if self.use_int8 and not torch.is_grad_enabled():
-            return self._encode_int8(flat, span)
+    def _encode(self, flat: torch.Tensor, span: int, conv_products: Optional[Sequence[Product]]) -> torch.Tensor:
         width = min(self.max_chars, span + self.max_width)
         chars = self.char_embedding(flat[:, :width])  # (n_tokens, width, char_dim)
         # Each convolution as one matrix product over its unfolded windows
@@ -114,28 +99,15 @@ class CharCNNEncoder(nn.Module):
         # max-pool over positions and the activation (both monotonic: the order
         # does not change the result, and pooling first is cheaper).
         pooled = []
-        for conv in self.convs:
+        for k, conv in enumerate(self.convs):
             n_out, char_dim, size = conv.weight.shape
             windows = chars.unfold(1, size, 1).transpose(2, 3)  # (n, positions, size, char_dim)
-            kernel = conv.weight.permute(2, 1, 0).reshape(size * char_dim, n_out)
-            scores = windows.reshape(-1, size * char_dim) @ kernel
-            pooled.append(scores.view(flat.shape[0], -1, n_out).amax(dim=1) + conv.bias)
-        x = self.activation(torch.cat(pooled, dim=-1))
-        for highway in self.highways:
-            x = highway(x)
-        if self.projection is not None:
-            x = self.projection(x)
-        return x
-
-    def _encode_int8(self, flat: torch.Tensor, span: int) -> torch.Tensor:
-        packs = self._int8.get(self, self._int8_packs)
-        width = min(self.max_chars, span + self.max_width)
-        chars = self.char_embedding(flat[:, :width])
-        pooled = []
-        for conv, packed in zip(self.convs, packs["convs"]):
-            n_out, char_dim, size = conv.weight.shape
-            windows = chars.unfold(1, size, 1).transpose(2, 3)
-            scores = packed(windows.reshape(-1, size * char_dim))
+            windows = windows.reshape(-1, size * char_dim)
+            if conv_products is None:
+                kernel = conv.weight.permute(2, 1, 0).reshape(size * char_dim, n_out)
+                scores = windows @ kernel
+            else:
+                scores = conv_products[k](windows)
             pooled.append(scores.view(flat.shape[0], -1, n_out).amax(dim=1) + conv.bias)
         x = self.activation(torch.cat(pooled, dim=-1))
         for highway in self.highways:

@@ -1,4 +1,6 @@
-"""Speed benchmark of the biLM on the published shapes (``python -m spacy_elmo benchmark``).
+"""Speed benchmark of the biLM on the published shapes.
+
+    python benchmarks/inference_speed.py --shapes small --batch-size 32
 
 In one run: measure this machine's fp32 (and bf16) matmul peak, make random
 weights of each published shape, embed a fixed sentence set and print
@@ -17,17 +19,20 @@ positions the biLM processes (tokens plus the two sentence boundaries). Work
 that the exact shortcuts avoid (cache hits, padding windows, repeated types)
 is counted as done, so GFLOP/s is "effective" for those rows.
 """
+import json
 import platform
 import time
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy
 import torch
 
-from .bilm import BiLM, BiLMOptions
-from .bilm.options import PUBLISHED_SHAPES, published_options  # noqa: F401 (re-exported for the benchmarks)
-from .bilm.int8 import int8_supported
-from .bilm.model import bf16_supported
+import typer
+
+from spacy_elmo.bilm import BiLM, BiLMOptions
+from spacy_elmo.bilm.fast import bf16_supported, int8_supported
+from spacy_elmo.bilm.options import PUBLISHED_SHAPES, published_options  # noqa: F401 (used by the other benchmarks)
 
 #: The reference implementation's tokens/s for each published shape on this
 #: machine kind, as given in issue #5 (2 cores, torch 2.13 CPU, 256 sentences
@@ -205,3 +210,25 @@ def run(
             model.precision = "fp32"
         model = None  # free before the next shape is built
     return rows
+
+
+def main(
+    shapes: str = typer.Option("small,medium,original", help="Comma-separated published shapes"),
+    sentences: int = typer.Option(256, help="Number of sentences (5-40 tokens each)"),
+    batch_size: int = typer.Option(64, help="Sentences per batch"),
+    fast: bool = typer.Option(True, help="Also time the bf16 and int8 fast paths"),
+    device: str = typer.Option("cpu", help="cpu or cuda"),
+    threads: Optional[int] = typer.Option(None, help="torch threads (default: torch's choice)"),
+    output: Optional[Path] = typer.Option(None, help="Write the rows as JSON here"),
+    text: Optional[Path] = typer.Option(None, help="Take the sentences from this file (one a line, 5-40 tokens) instead of synthetic text"),
+) -> None:
+    """Embedding speed on random weights of the published shapes, with the matmul peak."""
+    if threads:
+        torch.set_num_threads(threads)
+    rows = run([s.strip() for s in shapes.split(",") if s.strip()], sentences, batch_size, fast, device, echo=typer.echo, text=str(text) if text else None)
+    if output:
+        output.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    typer.run(main)

@@ -31,7 +31,7 @@ and runs in parallel.
 """
 import threading
 from collections import OrderedDict
-from typing import Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy
 import torch
@@ -73,6 +73,22 @@ def _parameter_stamp(modules: List[torch.nn.Module]) -> Tuple:
     return tuple((p.data_ptr(), p._version, p.dtype, p.device) for m in modules for p in m.parameters())
 
 
+#: Largest word-type cache (entries): 20x the default 50,000; at the
+#: original shape an entry is 2 KiB, so 2 GiB when full.
+MAX_TOKEN_CACHE_SIZE = 1_000_000
+
+
+def check_token_cache_size(value: Any) -> int:
+    """``value`` if it is a valid ``token_cache_size`` (an integer in [0,
+    :data:`MAX_TOKEN_CACHE_SIZE`]), else a ValueError that says so."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKEN_CACHE_SIZE:
+        raise ValueError(
+            f"token_cache_size must be an integer in [0, {MAX_TOKEN_CACHE_SIZE}] (0 turns the word-type "
+            f"cache off), found {value!r}"
+        )
+    return value
+
+
 class TokenCache:
     def __init__(self, max_size: int = 50_000) -> None:
         self.max_size = max_size
@@ -101,16 +117,16 @@ class TokenCache:
                 self._stamp = stamp
 
     def encode(
-        self, module: torch.nn.Module, unique_ids: torch.Tensor, keys: Optional[List[bytes]] = None
+        self, module: Callable[[torch.Tensor], torch.Tensor], unique_ids: torch.Tensor, keys: Optional[List[bytes]] = None
     ) -> torch.Tensor:
-        """Encodings of the (distinct) token rows ``unique_ids`` (U, max_chars)
-        (``keys``: their :func:`type_keys`, when the caller has them)."""
+        """Encodings of the (distinct) token rows ``unique_ids`` (U, max_chars),
+        those not cached computed by ``module`` (``keys``: their :func:`type_keys`, when the caller has them)."""
         if keys is None:
             keys = type_keys(unique_ids)
         with self.lock:
             return self._encode(module, unique_ids, keys)
 
-    def _encode(self, module: torch.nn.Module, unique_ids: torch.Tensor, keys: List[bytes]) -> torch.Tensor:
+    def _encode(self, module: Callable[[torch.Tensor], torch.Tensor], unique_ids: torch.Tensor, keys: List[bytes]) -> torch.Tensor:
         found: List[Optional[torch.Tensor]] = [self._entries.get(k) for k in keys]
         missing = [i for i, v in enumerate(found) if v is None]
         self.hits += len(keys) - len(missing)
@@ -136,8 +152,7 @@ class TypeProductCache:
     (opt-in: ``max_bytes`` is 0 unless set).
 
     On the CPU paths that make those products once per distinct word of a
-    batch (packed fp32 weights and int8), the product is about a tenth of the
-    time when the same text is embedded again; this cache keeps it across
+    batch (packed fp32 weights and int8), this cache keeps them across
     calls. Each entry is ``x W_ih + b`` of one word for both directions
     (2 x 4 x cell_dim floats: 32 KiB on the small published shape, 128 KiB on
     the original), held in two preallocated slabs of at most ``max_bytes``
@@ -147,13 +162,10 @@ class TypeProductCache:
     it depends on or the computation mode change. A batch with more distinct
     words than the slabs hold computes them without the cache.
 
-    Why opt-in: with 128 MiB it gave +10% on small when the same 256
-    sentences were embedded again (``python benchmarks/exact_ablation.py
-    --shape small``), but +1.5% on Brown's 5,576 test sentences streamed
-    once, with 67% of a batch's types found in the cache (``python
-    benchmarks/product_cache_stream.py``), for about 130-200 MiB more peak RSS (``python benchmarks/pipeline_memory.py rss
-    --product-cache-mib 128``). Turn it on where the same text is embedded
-    repeatedly: ``bilm.type_product_cache.max_bytes = 128 << 20``.
+    Why opt-in: it pays where the same text is embedded repeatedly, hardly
+    on text streamed once, and costs its slabs in memory (figures in
+    docs/speed.md). Turn it on with ``bilm.type_product_cache.max_bytes =
+    128 << 20``.
     """
 
     def __init__(self, max_bytes: int = 0) -> None:
