@@ -6,6 +6,12 @@ stores the activations on ``Doc._.elmo`` (:class:`~spacy_elmo.data.ElmoData`).
 Downstream components use ELMo through ``spacy_elmo.ElmoListener.v1``
 (see :mod:`spacy_elmo.layers.listener`), each with its own learned mix.
 
+The component drives its thinc model like spacy-transformers' transformer
+component: ``predict`` is ``model.predict(docs)``; ``update`` is
+``model.begin_update(docs)`` when the biLM is fine-tuned (a listener has
+``grad_factor > 0`` and the component is not ``frozen``), ``model.predict``
+otherwise, and hands the outputs and a backprop callback to the listeners.
+
 Weights in the published bilm-tf/AllenNLP format are read at
 initialization, by name, path or URL (see :mod:`spacy_elmo.hub`; none given:
 the English biLM shipped with the package)::
