@@ -33,7 +33,8 @@ setup(
         "console_scripts": ["spacy-elmo = spacy_elmo.__main__:main"],
         "spacy_factories": ["elmo = spacy_elmo.pipeline:make_elmo"],
         "spacy_architectures": [
-            "spacy_elmo.ElmoBiLM.v1 = spacy_elmo.layers:ElmoBiLM",
+            "spacy_elmo.ElmoBiLM.v1 = spacy_elmo.layers.bilm_model:ElmoBiLM_v1",
+            "spacy_elmo.ElmoBiLM.v2 = spacy_elmo.layers:ElmoBiLM",
             "spacy_elmo.ElmoListener.v1 = spacy_elmo.layers:ElmoListener",
             "spacy_elmo.ElmoMix.v1 = spacy_elmo.layers:ElmoMix",
             "spacy_elmo.ElmoInputOutput.v1 = spacy_elmo.layers:ElmoInputOutput",

@@ -6,6 +6,12 @@ stores the activations on ``Doc._.elmo`` (:class:`~spacy_elmo.data.ElmoData`).
 Downstream components use ELMo through ``spacy_elmo.ElmoListener.v1``
 (see :mod:`spacy_elmo.layers.listener`), each with its own learned mix.
 
+The component drives its thinc model like spacy-transformers' transformer
+component: ``predict`` is ``model.predict(docs)``; ``update`` is
+``model.begin_update(docs)`` when the biLM is fine-tuned (a listener has
+``grad_factor > 0`` and the component is not ``frozen``), ``model.predict``
+otherwise, and hands the outputs and a backprop callback to the listeners.
+
 Weights in the published bilm-tf/AllenNLP format are read at
 initialization, by name, path or URL (see :mod:`spacy_elmo.hub`; none given:
 the English biLM shipped with the package)::
@@ -36,16 +42,15 @@ from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from .bilm import BiLM
 from .data import DTYPES, STORES, ElmoData
-from .layers.bilm_model import get_bilm, has_bilm, run_bilm, set_bilm
+from .layers.bilm_model import get_bilm, has_bilm, set_bilm
 from .layers.listener import ElmoListenerLayer
 from .layers.scalar_mix import mix_weights as _mix_of
 
 DEFAULT_MODEL_CONFIG = """
 [model]
-@architectures = "spacy_elmo.ElmoBiLM.v1"
+@architectures = "spacy_elmo.ElmoBiLM.v2"
 batch_size = 64
 precision = "fp32"
-grad_factor = 0.0
 
 [model.span_getter]
 @span_getters = "spacy_elmo.sent_or_strided_spans.v1"
@@ -83,7 +88,13 @@ def _view(doc: Doc, start: int, end: int) -> Optional[ElmoData]:
     "elmo",
     assigns=["doc._.elmo"],
     default_config={
-        "model": DEFAULT_MODEL, "store": "layers", "dtype": "float32", "mix": None, "weights": None, "options": None,
+        "model": DEFAULT_MODEL,
+        "store": "layers",
+        "dtype": "float32",
+        "mix": None,
+        "frozen": False,
+        "weights": None,
+        "options": None,
     },
     default_score_weights={},
 )
@@ -94,6 +105,7 @@ def make_elmo(
     store: str,
     dtype: str,
     mix: Optional[List[float]],
+    frozen: bool = False,
     weights: Optional[str] = None,
     options: Optional[str] = None,
 ) -> "Elmo":
@@ -104,13 +116,19 @@ def make_elmo(
     dtype: "float32" or "float16" storage.
     mix: weights of the layers for ``Doc._.elmo.vectors`` (used as given;
         None: the mean of the layers).
+    frozen: never fine-tune the biLM, whatever the listeners' ``grad_factor``;
+        during training the component still broadcasts the layers, so the
+        listeners learn their mixes. Not frozen, the biLM is fine-tuned when
+        a listener has ``grad_factor > 0``.
     weights, options: the biLM to load at ``nlp.initialize()`` when
         ``[initialize.components.elmo]`` gives none: a model name, path or
         URL (see :mod:`spacy_elmo.hub`); None: the shipped English biLM.
         Read only at initialization (or first use before it): a saved
         pipeline carries its weights and never reads these again.
     """
-    return Elmo(nlp.vocab, model, name, store=store, dtype=dtype, mix=mix, weights=weights, options=options)
+    return Elmo(
+        nlp.vocab, model, name, store=store, dtype=dtype, mix=mix, frozen=frozen, weights=weights, options=options
+    )
 
 
 class Elmo(TrainablePipe):
@@ -125,6 +143,7 @@ class Elmo(TrainablePipe):
         store: str = "layers",
         dtype: str = "float32",
         mix: Optional[Sequence[float]] = None,
+        frozen: bool = False,
         weights: Optional[Union[str, Path]] = None,
         options: Optional[Union[str, Path]] = None,
     ) -> None:
@@ -136,6 +155,8 @@ class Elmo(TrainablePipe):
         self.model = model
         self.name = name
         self.cfg = {"store": store, "dtype": dtype, "mix": None if mix is None else list(mix)}
+        #: No biLM gradients in ``update`` (the listeners still get the layers).
+        self.frozen = frozen
         self.listener_map: Dict[str, List[ElmoListenerLayer]] = {}
         #: The factory's ``weights``/``options``: read at initialization when
         #: ``[initialize.components.elmo]`` gives none.
@@ -226,8 +247,10 @@ class Elmo(TrainablePipe):
     ) -> Dict[str, float]:
         """Run the biLM on the batch and broadcast its output to the listeners.
 
-        The biLM is fine-tuned only where a listener has ``grad_factor > 0``;
-        otherwise this is inference plus broadcasting."""
+        Fine-tuning (:attr:`fine_tunes`): ``model.begin_update``, and the
+        last listener's backprop sends the summed, ``grad_factor``-scaled
+        gradients of all listeners into the biLM. Otherwise ``model.predict``
+        (no autograd), and the listeners' gradients stop here."""
         if losses is None:
             losses = {}
         losses.setdefault(self.name, 0.0)
@@ -237,13 +260,16 @@ class Elmo(TrainablePipe):
         if not docs:
             return losses
         self._load_configured_bilm()
-        fine_tune = any(l.attrs["grad_factor"] > 0 for l in self.listeners)
         set_dropout_rate(self.model, drop)
-        outputs, bp_outputs = run_bilm(self.model, docs, fine_tune)
+        if self.fine_tunes:
+            outputs, bp_outputs = self.model.begin_update(docs)
+        else:
+            outputs, bp_outputs = self.model.predict(docs), None
         d_outputs: List[Optional[numpy.ndarray]] = [None] * len(outputs)
 
         def accumulate_gradient(grads):
-            # Returns the (empty) gradient w.r.t. the Docs, like any layer.
+            # A listener with grad_factor 0 sends None. Returns the (empty)
+            # gradient w.r.t. the Docs, like any layer.
             if grads is not None:
                 for i, grad in enumerate(grads):
                     d_outputs[i] = grad if d_outputs[i] is None else d_outputs[i] + grad
@@ -251,7 +277,7 @@ class Elmo(TrainablePipe):
 
         def backprop(grads):
             accumulate_gradient(grads)
-            if fine_tune and any(d is not None for d in d_outputs):
+            if bp_outputs is not None and any(d is not None for d in d_outputs):
                 filled = [self.model.ops.alloc3f(*o.shape) if d is None else d for d, o in zip(d_outputs, outputs)]
                 bp_outputs(filled)
                 if sgd is not None:
@@ -265,6 +291,16 @@ class Elmo(TrainablePipe):
         if listeners:
             listeners[-1].receive(batch_id, outputs, backprop)
         return losses
+
+    @property
+    def fine_tunes(self) -> bool:
+        """Whether ``update`` fine-tunes the biLM: not :attr:`frozen`, and a
+        listener has ``grad_factor > 0``."""
+        return not self.frozen and any(l.attrs["grad_factor"] > 0 for l in self.listeners)
+
+    def finish_update(self, sgd: Optimizer) -> None:
+        if not self.frozen:
+            self.model.finish_update(sgd)
 
     def get_loss(self, examples, scores) -> None:
         return None

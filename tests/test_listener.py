@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy
 import pytest
 import spacy
+import torch
 from spacy.tokens import DocBin
 from spacy.training import Example
 from spacy.util import fix_random_seed
@@ -160,6 +161,54 @@ def test_grad_factor_fine_tunes_the_bilm():
     assert tuned["token_encoder.projection.weight"] > 0
 
 
+def test_frozen_elmo_keeps_the_bilm_and_the_listeners_learn():
+    """frozen = true: no biLM gradient even with grad_factor > 0; the mix still learns."""
+    nlp = spacy.blank("en")
+    elmo = add_elmo(nlp, bilm=random_model(0), config={"frozen": True})
+    config = {"model": {"@architectures": "spacy.Tagger.v2", "tok2vec": listener(grad_factor=1.0)}}
+    nlp.add_pipe("tagger", config=config)
+    assert not elmo.fine_tunes
+    start = {k: v.detach().clone() for k, v in elmo.bilm.state_dict().items()}
+    train(nlp, make_examples(nlp, TAG_DATA), steps=3)
+    assert all(torch.equal(v, start[k]) for k, v in elmo.bilm.state_dict().items())
+    assert all(p.grad is None or not p.grad.any() for p in elmo.bilm.parameters())
+    weights, gamma = mix_weights(nlp)["tagger"]
+    assert not numpy.allclose(weights, 1 / 3, atol=1e-5) and gamma != 1.0
+
+
+def test_elmo_bilm_v1_keeps_only_a_zero_grad_factor():
+    """``spacy_elmo.ElmoBiLM.v1`` (configs written before v2). Called directly:
+    an editable install made before v2 still maps the name to the v2
+    function through its stale entry points until it is reinstalled."""
+    from spacy_elmo.layers.bilm_model import ElmoBiLM_v1
+
+    model = ElmoBiLM_v1(batch_size=8, grad_factor=0.0)
+    assert model.name == "elmo_bilm" and model.attrs["batch_size"] == 8 and "grad_factor" not in model.attrs
+    with pytest.raises(ValueError, match="ElmoListener"):
+        ElmoBiLM_v1(grad_factor=1.0)
+
+
+def test_replace_listeners_keeps_grad_factor():
+    """After nlp.replace_listeners the tagger's own biLM copy is fine-tuned
+    with the listener's grad_factor (and not at all with 0)."""
+    for grad_factor in (0.0, 1.0):
+        nlp = spacy.blank("en")
+        add_elmo(nlp, bilm=random_model(0))
+        config = {"model": {"@architectures": "spacy.Tagger.v2", "tok2vec": listener(grad_factor=grad_factor)}}
+        nlp.add_pipe("tagger", config=config)
+        examples = make_examples(nlp, TAG_DATA)
+        optimizer = nlp.initialize(get_examples=lambda: examples)
+        nlp.replace_listeners("elmo", "tagger", ["model.tok2vec"])
+        nlp.remove_pipe("elmo")
+        assert nlp.config["components"]["tagger"]["model"]["tok2vec"]["grad_factor"] == grad_factor
+        (copy,) = [n for n in nlp.get_pipe("tagger").model.walk() if n.name == "elmo_bilm"]
+        bilm = copy.shims[0]._model
+        start = {k: v.detach().clone() for k, v in bilm.state_dict().items()}
+        nlp.update(examples, sgd=optimizer)
+        moved = max((v - start[k]).abs().max().item() for k, v in bilm.state_dict().items())
+        assert (moved > 0) == (grad_factor > 0), (grad_factor, moved)
+
+
 def test_replace_listeners(tmp_path):
     nlp = spacy.blank("en")
     add_elmo(nlp, bilm=random_model(0))
@@ -223,7 +272,7 @@ def test_elmo_at_input_and_output():
 
 @pytest.mark.parametrize("layer_norm,l2", [(False, 0.0), (True, 0.1)])
 def test_scalar_mix_gradient(layer_norm, l2):
-    """The mix's hand-written backprop against finite differences (float64)."""
+    """The mix's backprop (autograd) against finite differences (float64)."""
     rng = numpy.random.default_rng(0)
     mix = ScalarMix(n_layers=3, layer_norm=layer_norm, l2=l2)
     mix.initialize()
@@ -264,6 +313,51 @@ def test_scalar_mix_gradient(layer_norm, l2):
             values.append(objective())
         x[1, 0, 2] = original
         numpy.testing.assert_allclose(dX[k][1, 0, 2], (values[0] - values[1]) / (2 * eps), rtol=2e-2, atol=2e-3)
+
+
+def _hand_derived_mix_gradient(w, gamma, X, dY, layer_norm, l2):
+    """The mix's gradient derived by hand (float64): the reference for the autograd one."""
+    s = numpy.exp(w - w.max())
+    s /= s.sum()
+    d_s, d_gamma, dXs = numpy.zeros_like(s), 0.0, []
+    for x, dy in zip(X, dY):
+        inv_std = None
+        if layer_norm:
+            centred = x - x.mean(axis=-1, keepdims=True)
+            inv_std = 1.0 / numpy.sqrt((centred**2).mean(axis=-1, keepdims=True) + 1e-6)
+            x = centred * inv_std
+        inner = (x * dy[None]).reshape(len(s), -1).sum(axis=1)
+        d_s += gamma * inner
+        d_gamma += float((s * inner).sum())
+        dx = (gamma * s)[:, None, None] * dy[None]
+        if layer_norm:
+            dx = inv_std * (dx - dx.mean(axis=-1, keepdims=True) - x * (dx * x).mean(axis=-1, keepdims=True))
+        dXs.append(dx)
+    d_w = s * (d_s - (s * d_s).sum()) + 2.0 * l2 * w
+    return d_w, d_gamma, dXs
+
+
+@pytest.mark.parametrize("layer_norm,l2", [(False, 0.0), (True, 0.1)])
+def test_scalar_mix_gradient_matches_the_hand_derived_one(layer_norm, l2):
+    """The autograd gradient against the closed form the mix used to implement."""
+    rng = numpy.random.default_rng(1)
+    mix = ScalarMix(n_layers=3, layer_norm=layer_norm, l2=l2)
+    mix.initialize()
+    w = numpy.asarray([0.4, -0.7, 0.2], dtype="f")
+    mix.set_param("weights", w)
+    mix.set_param("gamma", numpy.asarray([0.8], dtype="f"))
+    X = [rng.normal(size=(3, n, 6)).astype("f") for n in (5, 0, 2)]
+    dY = [rng.normal(size=(n, 6)).astype("f") for n in (5, 0, 2)]
+    Y, backprop = mix(X, is_train=True)
+    dX = backprop(dY)
+    d_w, d_gamma, expected_dX = _hand_derived_mix_gradient(
+        w.astype("d"), 0.8, [x.astype("d") for x in X], [d.astype("d") for d in dY], layer_norm, l2
+    )
+    numpy.testing.assert_allclose(mix.get_grad("weights"), d_w, rtol=1e-5, atol=1e-5)
+    numpy.testing.assert_allclose(mix.get_grad("gamma"), [d_gamma], rtol=1e-5, atol=1e-5)
+    for got, want in zip(dX, expected_dX):
+        assert got.shape == want.shape and got.dtype == numpy.float32
+        numpy.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 def _write_docbin(nlp, data, path):

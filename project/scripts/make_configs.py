@@ -103,12 +103,12 @@ factory = "elmo"
 store = "layers"
 dtype = "float32"
 mix = null
+frozen = false
 
 [components.elmo.model]
-@architectures = "spacy_elmo.ElmoBiLM.v1"
+@architectures = "spacy_elmo.ElmoBiLM.v2"
 batch_size = 64
 precision = "fp32"
-grad_factor = 0.0
 
 [components.elmo.model.span_getter]
 @span_getters = "spacy_elmo.sent_or_strided_spans.v1"

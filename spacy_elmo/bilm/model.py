@@ -7,6 +7,7 @@ import numpy
 import torch
 from torch import nn
 
+from .batching import map_batches
 from .chars import batch_to_char_ids
 from .fast.engine import PRECISIONS, InferenceEngine, bf16_supported, check_precision  # noqa: F401
 from .fast.token_cache import (  # noqa: F401 (check_token_cache_size: used by the thinc layer)
@@ -335,22 +336,15 @@ class BiLM(nn.Module):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, found {batch_size}")
         sentences = [list(s) for s in sentences]
-        results: List[Optional[numpy.ndarray]] = [None] * len(sentences)
-        if self.stateful:
-            order = list(range(len(sentences)))
-        else:
-            order = sorted((i for i, s in enumerate(sentences) if s), key=lambda i: len(sentences[i]))
         device = self.device
+
+        def run_batch(batch: List[List[str]]) -> List[numpy.ndarray]:
+            char_ids, _ = batch_to_char_ids(batch, self.options.max_characters_per_token)
+            output = self(torch.from_numpy(char_ids).to(device))
+            stacked = torch.stack(output.layers, dim=1).float().cpu().numpy()
+            return [numpy.ascontiguousarray(stacked[row, :, 1 : len(s) + 1]) for row, s in enumerate(batch)]
+
         with torch.inference_mode():
-            for start in range(0, len(order), batch_size):
-                rows = order[start : start + batch_size]
-                char_ids, _ = batch_to_char_ids(
-                    [sentences[i] for i in rows], self.options.max_characters_per_token
-                )
-                output = self(torch.from_numpy(char_ids).to(device))
-                stacked = torch.stack(output.layers, dim=1).float().cpu().numpy()
-                for row, index in enumerate(rows):
-                    n = len(sentences[index])
-                    results[index] = numpy.ascontiguousarray(stacked[row, :, 1 : n + 1])
+            results = map_batches(sentences, batch_size, run_batch, by_length=not self.stateful)
         empty = numpy.zeros((self.num_layers, 0, self.output_dim), dtype=numpy.float32)
         return [empty.copy() if r is None else r for r in results]

@@ -1,11 +1,13 @@
 """thinc glue: the biLM over Docs, listeners, the scalar mix, span getters."""
-from .bilm_model import ElmoBiLM, get_bilm, has_bilm, set_bilm
+from .bilm_model import BiLMShim, ElmoBiLM, get_bilm, has_bilm, set_bilm
 from .elmo_tok2vec import ElmoTok2Vec
-from .listener import ElmoInputOutput, ElmoListener, ElmoListenerLayer, ElmoMix
+from .listener import BiLMWithGradFactor, ElmoInputOutput, ElmoListener, ElmoListenerLayer, ElmoMix
 from .scalar_mix import ScalarMix, mix_weights
 from .span_getters import configure_sent_or_strided_spans, configure_strided_spans
 
 __all__ = [
+    "BiLMShim",
+    "BiLMWithGradFactor",
     "ElmoBiLM",
     "ElmoInputOutput",
     "ElmoListener",

@@ -1,18 +1,21 @@
 """The biLM as a thinc model: ``List[Doc] -> List[Floats3d]``, one array of
 shape (L+1, n_tokens, dim) per Doc.
 
-The PyTorch :class:`~spacy_elmo.bilm.BiLM` lives in a thinc ``PyTorchShim``
-whose serializer writes the published hdf5 format plus the options JSON, so a
-saved pipeline carries the weights in the same format bilm-tf reads and
-needs no outside file. Before ``initialize`` (``[initialize.components.elmo]``
-weights/options, or :func:`spacy_elmo.add_elmo`) the shim holds no biLM.
+The PyTorch :class:`~spacy_elmo.bilm.BiLM` lives in a :class:`BiLMShim` (a
+thinc ``PyTorchShim``) whose serializer writes the published hdf5 format
+plus the options JSON, so a saved pipeline carries the weights in the same
+format bilm-tf reads and needs no outside file. Before ``initialize``
+(``[initialize.components.elmo]`` weights/options, or
+:func:`spacy_elmo.add_elmo`) the shim holds no biLM.
 
-Inference runs under ``torch.inference_mode`` through
+``model.predict`` runs the biLM under ``torch.inference_mode`` through
 :meth:`BiLM.embed_sentences` (length-sorted batches, the word-type cache).
-With ``is_train`` and a positive ``grad_factor`` the model runs with
-autograd instead (training mode, so the biLM's dropout applies), and its
-gradient reaches the torch parameters; ``finish_update`` applies thinc's
-optimizer to them.
+``model.begin_update`` runs the same batches through the shim's
+``begin_update`` (autograd, training mode, so the biLM's dropout applies)
+and returns a backprop into the torch parameters; ``finish_update`` applies
+thinc's optimizer to them. The model has no grad_factor: its users decide
+whether to call ``begin_update`` and scale the gradient (see
+:mod:`spacy_elmo.layers.listener` and the ``elmo`` component).
 
 In a multiprocessing worker (``nlp.pipe(..., n_process=N)``, with fork or
 spawn) the biLM runs on one thread: the N workers share the cores, and
@@ -29,10 +32,11 @@ import srsly
 import torch
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Model, PyTorchShim, get_torch_default_device
+from thinc.api import ArgsKwargs, Model, PyTorchShim, get_torch_default_device
 from thinc.types import Floats3d
 
 from ..bilm import BiLM, BiLMOptions
+from ..bilm.batching import map_batches
 from ..bilm.chars import batch_to_char_ids
 from ..hub import HOW_TO_GIVE_WEIGHTS
 from .listener import replace_listener, replace_listener_cfg
@@ -113,12 +117,34 @@ def _deserialize_bilm(module: torch.nn.Module, data: bytes, device: torch.device
     return bilm.to(device)
 
 
-@registry.architectures("spacy_elmo.ElmoBiLM.v1")
+class BiLMShim(PyTorchShim):
+    """The thinc shim of the biLM: a :class:`PyTorchShim` whose model is the
+    :class:`~spacy_elmo.bilm.BiLM`, serialized in the published hdf5 format
+    with its options. It holds no model (None) until the weights are given
+    (``initialize``, :func:`set_bilm`) or read (``from_bytes``); until then
+    updates and device moves have nothing to do."""
+
+    def __init__(self, bilm: Optional[BiLM] = None) -> None:
+        super().__init__(bilm, serialize_model=_serialize_bilm, deserialize_model=_deserialize_bilm)
+
+    @property
+    def device(self):
+        return get_torch_default_device() if self._model is None else super().device
+
+    def finish_update(self, optimizer) -> None:
+        if self._model is not None:
+            super().finish_update(optimizer)
+
+    def to_device(self, device_type: str, device_id: int) -> None:
+        if self._model is not None:
+            super().to_device(device_type, device_id)
+
+
+@registry.architectures("spacy_elmo.ElmoBiLM.v2")
 def ElmoBiLM(
     span_getter: Optional[SpanGetter] = None,
     batch_size: int = 64,
     precision: str = "fp32",
-    grad_factor: float = 0.0,
 ) -> Model[List[Doc], List[Floats3d]]:
     """The biLM over Docs.
 
@@ -127,31 +153,51 @@ def ElmoBiLM(
     batch_size: sentences per biLM call (sorted by length).
     precision: "fp32" (exact), or an opt-in fast inference path: "bf16"
         (native bf16 CPUs and GPUs) or "int8" (CPU); see ``BiLM.precision``.
-    grad_factor: fine-tunes the biLM when > 0 and this model runs on its own
-        (e.g. after ``nlp.replace_listeners``). Under the ``elmo`` component
-        each listener's ``grad_factor`` decides instead.
+
+    ``predict`` runs the biLM in inference; ``begin_update`` runs it with
+    autograd and returns its backprop. Its users decide whether it is
+    fine-tuned: the listeners' ``grad_factor`` (and the ``elmo`` component's
+    ``frozen``), or ``spacy_elmo.ElmoMix.v1``'s ``grad_factor``.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, found {batch_size}")
     if precision not in BiLM.PRECISIONS:
         raise ValueError(f"precision must be one of {BiLM.PRECISIONS}, found {precision!r}")
-    shim = PyTorchShim(
-        torch.nn.Module(), serialize_model=_serialize_bilm, deserialize_model=_deserialize_bilm
-    )
     return Model(
         "elmo_bilm",
         forward,
-        shims=[shim],
+        shims=[BiLMShim()],
         attrs={
             "span_getter": span_getter or configure_sent_or_strided_spans(),
             "batch_size": batch_size,
             "precision": precision,
-            "grad_factor": grad_factor,
             # Used by nlp.replace_listeners (see .listener).
             "replace_listener_cfg": replace_listener_cfg,
             "replace_listener": replace_listener,
         },
     )
+
+
+GRAD_FACTOR_MOVED = (
+    "spacy_elmo.ElmoBiLM.v1's grad_factor is gone: the biLM's users decide whether it is "
+    "fine-tuned. Set grad_factor on the ElmoListener (or ElmoTok2Vec, or ElmoMix after "
+    "nlp.replace_listeners) instead, and use spacy_elmo.ElmoBiLM.v2 (the same without grad_factor)."
+)
+
+
+@registry.architectures("spacy_elmo.ElmoBiLM.v1")
+def ElmoBiLM_v1(
+    span_getter: Optional[SpanGetter] = None,
+    batch_size: int = 64,
+    precision: str = "fp32",
+    grad_factor: float = 0.0,
+) -> Model[List[Doc], List[Floats3d]]:
+    """Configs and pipelines saved before ``spacy_elmo.ElmoBiLM.v2``: the same
+    model. Its ``grad_factor`` is accepted as 0 only (under the ``elmo``
+    component it was ignored: the listeners decided)."""
+    if grad_factor != 0:
+        raise ValueError(f"{GRAD_FACTOR_MOVED} Found grad_factor = {grad_factor}.")
+    return ElmoBiLM(span_getter, batch_size, precision)
 
 
 def has_bilm(model: Model) -> bool:
@@ -172,17 +218,6 @@ def set_bilm(model: Model, bilm: BiLM) -> None:
         bilm.to(get_torch_default_device())
     bilm.precision = model.attrs["precision"]
     model.shims[0]._model = bilm
-
-
-def forward(model: Model, docs: List[Doc], is_train: bool):
-    fine_tune = is_train and model.attrs["grad_factor"] > 0
-    outputs, backprop = run_bilm(model, docs, fine_tune)
-    factor = model.attrs["grad_factor"]
-
-    def scaled_backprop(d_outputs):
-        return backprop([d * factor for d in d_outputs])
-
-    return outputs, scaled_backprop
 
 
 def _span_plan(model: Model, docs: List[Doc]) -> Tuple[List[List[str]], List[numpy.ndarray]]:
@@ -215,56 +250,66 @@ def _one_thread_in_workers() -> None:
         torch.set_num_threads(1)
 
 
-def run_bilm(model: Model, docs: List[Doc], fine_tune: bool) -> Tuple[List[Floats3d], Callable]:
-    """Per-Doc layers; with ``fine_tune`` also a backprop into the biLM."""
+def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
+    """Per-Doc layers (L+1, n_tokens, dim).
+
+    Prediction: :meth:`BiLM.embed_sentences` (inference mode, the word-type
+    cache). Training: the shim's ``begin_update`` on each batch of sentences
+    (the same length-sorted batches, :func:`~spacy_elmo.bilm.batching.map_batches`);
+    the backprop routes the Docs' gradients to the batches' outputs and calls
+    the shim's backprop of each batch."""
     _one_thread_in_workers()
     bilm = get_bilm(model)
     bilm.precision = model.attrs["precision"]
     texts, sources = _span_plan(model, docs)
     n_layers, dim = bilm.num_layers, bilm.output_dim
     ops = model.ops
-    if not fine_tune:
+    zero_row = numpy.zeros((n_layers, 1, dim), dtype=numpy.float32)
+    if not is_train:
         bilm.eval()
         span_layers = bilm.embed_sentences(texts, batch_size=model.attrs["batch_size"])
-        flat = numpy.concatenate(
-            [numpy.zeros((n_layers, 1, dim), dtype=numpy.float32)] + span_layers, axis=1
-        )
+        flat = numpy.concatenate([zero_row] + span_layers, axis=1)
         # Row 0 of ``flat`` is the zero row for uncovered tokens.
-        outputs = [ops.asarray3f(flat[:, source + 1]) for source in sources]
-        return outputs, lambda d_outputs: []
+        return [ops.asarray3f(flat[:, source + 1]) for source in sources], _no_gradient
 
-    bilm.train()
-    flat_t = _train_forward(bilm, texts, model.attrs["batch_size"])
-    flat_t = torch.cat([flat_t.new_zeros((n_layers, 1, dim)), flat_t], dim=1)
-    doc_tensors = [flat_t[:, torch.from_numpy(source + 1).to(flat_t.device)] for source in sources]
-    outputs = [ops.asarray3f(t.detach().cpu().numpy()) for t in doc_tensors]
+    shim = model.shims[0]
+    # Per batch: the biLM's output layers (tensors), the shim's backprop, padded length.
+    batches: List[Tuple[List[torch.Tensor], Callable, int]] = []
+
+    def run_batch(batch: List[List[str]]) -> List[Tuple[numpy.ndarray, int, int]]:
+        char_ids, _ = batch_to_char_ids(batch, bilm.options.max_characters_per_token)
+        inputs = ArgsKwargs(args=(torch.from_numpy(char_ids).to(bilm.device),), kwargs={})
+        output, batch_backprop = shim.begin_update(inputs)
+        stacked = torch.stack(output.layers, dim=1).detach().float().cpu().numpy()  # (B, L+1, T, dim)
+        batches.append((output.layers, batch_backprop, char_ids.shape[1]))
+        # Each sentence: its layers, and where it sits (batch, row).
+        return [(stacked[row, :, 1 : len(s) + 1], len(batches) - 1, row) for row, s in enumerate(batch)]
+
+    spans = map_batches(texts, model.attrs["batch_size"], run_batch)
+    flat = numpy.concatenate([zero_row] + [layers for layers, _, _ in spans], axis=1)
+    outputs = [ops.asarray3f(flat[:, source + 1]) for source in sources]
 
     def backprop(d_outputs: List[Floats3d]) -> List:
-        grads = [
-            torch.as_tensor(ops.to_numpy(d), dtype=t.dtype, device=t.device)
-            for d, t in zip(d_outputs, doc_tensors)
+        d_flat = numpy.zeros_like(flat)
+        for d_doc, source in zip(d_outputs, sources):
+            covered = source >= 0  # a covered token has a row of its own
+            d_flat[:, source[covered] + 1] += ops.to_numpy(d_doc)[:, covered]
+        d_batches = [
+            numpy.zeros((n_layers, layers[0].shape[0], n_steps, dim), dtype=numpy.float32)
+            for layers, _, n_steps in batches
         ]
-        pairs = [(t, g) for t, g in zip(doc_tensors, grads) if t.numel()]
-        if pairs:
-            torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+        start = 1
+        for layers, batch, row in spans:
+            n = layers.shape[1]
+            d_batches[batch][:, row, 1 : n + 1] = d_flat[:, start : start + n]
+            start += n
+        for (layers, batch_backprop, _), d_batch in zip(batches, d_batches):
+            grads = [torch.from_numpy(d).to(device=t.device, dtype=t.dtype) for d, t in zip(d_batch, layers)]
+            batch_backprop(ArgsKwargs(args=(layers,), kwargs={"grad_tensors": grads}))
         return []
 
     return outputs, backprop
 
 
-def _train_forward(bilm: BiLM, texts: List[List[str]], batch_size: int) -> torch.Tensor:
-    """(L+1, total_tokens, dim) with autograd, spans in the given order."""
-    n_layers, dim = bilm.num_layers, bilm.output_dim
-    pieces: List[Optional[torch.Tensor]] = [None] * len(texts)
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
-        char_ids, _ = batch_to_char_ids([texts[i] for i in rows], bilm.options.max_characters_per_token)
-        out = bilm(torch.from_numpy(char_ids).to(bilm.device))
-        stacked = torch.stack(out.layers, dim=0)  # (L+1, B, T, dim)
-        for row, index in enumerate(rows):
-            n = len(texts[index])
-            pieces[index] = stacked[:, row, 1 : n + 1]
-    if not pieces:
-        return torch.zeros((n_layers, 0, dim), device=bilm.device)
-    return torch.cat(pieces, dim=1)
+def _no_gradient(d_outputs: List[Floats3d]) -> List:
+    return []

@@ -8,9 +8,15 @@ optional dropout and an optional linear projection to ``width``.
 During ``nlp.update`` the ``elmo`` component runs the biLM once per batch and
 broadcasts its output to every receiver (spaCy's listener protocol, as in
 spacy-transformers and spaCy's ``tok2vec``). Outside training, and when the
-``elmo`` component is frozen but annotating, a receiver reads the layers
-stored on ``Doc._.elmo``. Each receiver's ``grad_factor`` scales the gradient
-it sends back into the biLM; 0 (the default) keeps the biLM frozen.
+``elmo`` component is in ``frozen_components`` but annotating, a receiver
+reads the layers stored on ``Doc._.elmo``.
+
+``grad_factor`` is the one fine-tuning knob: each receiver's scales the
+gradient it sends back into the biLM, and the biLM is fine-tuned when at
+least one receiver has ``grad_factor > 0`` (and the ``elmo`` component is not
+``frozen``); 0 (the default) keeps it frozen. After
+``nlp.replace_listeners`` the receiver's ``grad_factor`` goes with it into
+``spacy_elmo.ElmoMix.v1`` (:func:`BiLMWithGradFactor`).
 """
 from typing import Callable, List, Optional
 
@@ -134,10 +140,48 @@ def ElmoMix(
     l2: float = 0.0,
     dropout: float = 0.0,
     width: Optional[int] = None,
+    grad_factor: float = 0.0,
 ) -> Model[List[Doc], List[Floats2d]]:
-    """A standalone ELMo embedding: its own biLM (e.g. ``spacy_elmo.ElmoBiLM.v1``)
-    and mix. ``nlp.replace_listeners`` turns an ElmoListener into this."""
-    return build_mix(bilm, layer_norm, l2, dropout, width)
+    """A standalone ELMo embedding: its own biLM (e.g. ``spacy_elmo.ElmoBiLM.v2``)
+    and mix. ``nlp.replace_listeners`` turns an ElmoListener into this.
+
+    grad_factor: as the listener's: the scale of the gradient sent into the
+        biLM (0: the biLM is frozen and runs in inference mode).
+    """
+    return build_mix(BiLMWithGradFactor(bilm, grad_factor), layer_norm, l2, dropout, width)
+
+
+def BiLMWithGradFactor(
+    bilm: Model[List[Doc], List[Floats3d]], grad_factor: float = 0.0
+) -> Model[List[Doc], List[Floats3d]]:
+    """``bilm`` fine-tuned with its gradient scaled by ``grad_factor``; with 0
+    it only predicts (no autograd, no biLM update), also in training."""
+    if grad_factor < 0:
+        raise ValueError(f"grad_factor must be >= 0, found {grad_factor}")
+    return Model(
+        "elmo_grad_factor",
+        _grad_factor_forward,
+        init=_grad_factor_init,
+        layers=[bilm],
+        attrs={"grad_factor": grad_factor},
+    )
+
+
+def _grad_factor_init(model: Model, X=None, Y=None) -> None:
+    model.layers[0].initialize(X=X)
+
+
+def _grad_factor_forward(model: Model, docs: List[Doc], is_train: bool):
+    bilm = model.layers[0]
+    factor = model.attrs["grad_factor"]
+    if not (is_train and factor > 0):
+        return bilm.predict(docs), lambda d_outputs: []
+    outputs, backprop = bilm.begin_update(docs)
+
+    def scaled_backprop(d_outputs: List[Floats3d]) -> List:
+        return backprop([d * factor for d in d_outputs])
+
+    return outputs, scaled_backprop
 
 
 @registry.architectures("spacy_elmo.ElmoInputOutput.v1")
@@ -162,14 +206,13 @@ def replace_listener_cfg(bilm_cfg: dict, listener_cfg: dict) -> dict:
             f"found {listener_cfg.get('@architectures')!r}"
         )
     cfg = {"@architectures": "spacy_elmo.ElmoMix.v1", "bilm": dict(bilm_cfg)}
-    cfg["bilm"]["grad_factor"] = listener_cfg.get("grad_factor", 0.0)
-    for key in ("layer_norm", "l2", "dropout", "width"):
+    for key in ("grad_factor", "layer_norm", "l2", "dropout", "width"):
         if key in listener_cfg:
             cfg[key] = listener_cfg[key]
     return cfg
 
 
 def replace_listener(new_model: Model, listener: ElmoListenerLayer, upstream) -> Model:
-    """The biLM copy that replaces a receiver keeps the receiver's grad_factor."""
-    new_model.attrs["grad_factor"] = listener.attrs["grad_factor"]
-    return new_model
+    """The biLM copy that replaces a receiver, with the receiver's grad_factor
+    (the layers of ``spacy_elmo.ElmoMix.v1``'s biLM)."""
+    return BiLMWithGradFactor(new_model, listener.attrs["grad_factor"])

@@ -12,14 +12,20 @@ Options:
   paper normalises over the whole batch; we normalise per token so that a
   token's vector never depends on its batch.
 - ``l2``: the paper's lambda * ||w||^2 added to the loss, pulling the
-  weights toward an equal mix (its gradient 2 * lambda * w is added to w's).
-"""
-from typing import List, Optional
+  weights toward an equal mix.
 
-from thinc.api import Model
+The forward pass is written in torch (on the arrays' memory, no copies on
+CPU) and its gradients, the penalty's included, come from autograd.
+"""
+from typing import List, Optional, Tuple
+
+import numpy
+import torch
+from thinc.api import Model, torch2xp, xp2torch
 from thinc.types import Floats2d, Floats3d
 
-EPS = 1e-12
+#: Added to each token layer's variance before normalising (``layer_norm``).
+LAYER_NORM_EPS = 1e-6
 
 
 def ScalarMix(
@@ -53,68 +59,54 @@ def init(model: Model, X: Optional[List[Floats3d]] = None, Y=None) -> None:
     model.set_param("gamma", gamma)
 
 
-def mix_weights(model: Model):
+def mix_weights(model: Model) -> Tuple[numpy.ndarray, float]:
     """(softmax weights s_j as a numpy array, gamma as a float) of a ScalarMix."""
-    s = _softmax(model.ops, model.get_param("weights"))
+    s = torch.softmax(_as_tensor(model.get_param("weights")), dim=0)
     gamma = model.ops.to_numpy(model.get_param("gamma"))
-    return model.ops.to_numpy(s).copy(), float(gamma[0])
+    return model.ops.to_numpy(torch2xp(s)).copy(), float(gamma[0])
 
 
-def _softmax(ops, w):
-    e = ops.xp.exp(w - w.max())
-    return e / e.sum()
-
-
-def _normalise(ops, X: Floats3d):
-    mean = X.mean(axis=-1, keepdims=True)
-    centred = X - mean
-    inv_std = 1.0 / ops.xp.sqrt((centred * centred).mean(axis=-1, keepdims=True) + 1e-6)
-    return centred * inv_std, inv_std
+def _as_tensor(array, requires_grad: bool = False) -> torch.Tensor:
+    """A torch view of a numpy (or cupy) array; read-only numpy arrays (e.g.
+    views of ``Doc._.elmo``) are copied first."""
+    if isinstance(array, numpy.ndarray):
+        tensor = torch.from_numpy(array if array.flags.writeable else array.copy())
+    else:
+        tensor = xp2torch(array)
+    return tensor.requires_grad_() if requires_grad else tensor
 
 
 def forward(model: Model, Xs: List[Floats3d], is_train: bool):
     ops = model.ops
-    xp = ops.xp
-    w = model.get_param("weights")
-    gamma = float(model.get_param("gamma")[0])
-    s = _softmax(ops, w)
-    n_layers = w.shape[0]
-    layer_norm = model.attrs["layer_norm"]
-    inputs = []
-    normaliser = []
-    outputs = []
+    n_layers = model.get_param("weights").shape[0]
     for X in Xs:
-        X = ops.asarray3f(X)
         if X.shape[0] != n_layers:
             raise ValueError(f"ScalarMix has {n_layers} layer weights, found input with {X.shape[0]} layers")
-        if layer_norm:
-            X, inv_std = _normalise(ops, X)
-            normaliser.append(inv_std)
-        inputs.append(X)
-        mixed = xp.tensordot(s, X, axes=1)  # (n, dim)
-        outputs.append(ops.asarray2f(gamma * mixed))
+    w = _as_tensor(model.get_param("weights"), is_train)
+    gamma = _as_tensor(model.get_param("gamma"), is_train)
+    inputs = [_as_tensor(ops.asarray3f(X), is_train) for X in Xs]
+    with torch.set_grad_enabled(is_train):
+        s = torch.softmax(w, dim=0)
+        mixed = []
+        for X in inputs:
+            if model.attrs["layer_norm"]:
+                X = torch.nn.functional.layer_norm(X, X.shape[-1:], eps=LAYER_NORM_EPS)
+            mixed.append(gamma * torch.tensordot(s, X, dims=1))  # (n, dim)
+    outputs = [ops.asarray2f(torch2xp(Y.detach())) for Y in mixed]
 
     def backprop(dYs: List[Floats2d]) -> List[Floats3d]:
-        d_s = xp.zeros_like(s)
-        d_gamma = 0.0
-        dXs = []
-        for i, (X, dY) in enumerate(zip(inputs, dYs)):
-            # d_s_j = gamma * <dY, X_j>;  d_gamma = <dY, sum_j s_j X_j> = sum_j s_j <dY, X_j>
-            inner = (X * dY[None]).reshape(n_layers, -1).sum(axis=1)
-            d_s += gamma * inner
-            d_gamma += float((s * inner).sum())
-            dX = (gamma * s)[:, None, None] * dY[None]
-            if layer_norm:
-                Xn, inv_std = X, normaliser[i]
-                dX = inv_std * (
-                    dX - dX.mean(axis=-1, keepdims=True) - Xn * (dX * Xn).mean(axis=-1, keepdims=True)
-                )
-            dXs.append(dX)
-        d_w = s * (d_s - (s * d_s).sum())
+        tensors = list(mixed)
+        grads = [_as_tensor(ops.asarray2f(dY)) for dY in dYs]
         if model.attrs["l2"]:
-            d_w = d_w + 2.0 * model.attrs["l2"] * w
-        model.inc_grad("weights", d_w.astype("float32"))
-        model.inc_grad("gamma", xp.asarray([d_gamma], dtype="float32"))
-        return dXs
+            tensors.append(model.attrs["l2"] * (w * w).sum())
+            grads.append(torch.ones((), dtype=w.dtype, device=w.device))
+        if tensors:
+            torch.autograd.backward(tensors, grads)
+        for name, param in (("weights", w), ("gamma", gamma)):
+            if param.grad is not None:
+                model.inc_grad(name, ops.asarray1f(torch2xp(param.grad)))
+        return [
+            ops.alloc3f(*X.shape) if X.grad is None else ops.asarray3f(torch2xp(X.grad)) for X in inputs
+        ]
 
     return outputs, backprop
