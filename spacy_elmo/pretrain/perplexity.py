@@ -24,8 +24,11 @@ import torch
 
 from ..bilm.options import BiLMOptions
 from ..bilm.weights import load_hdf5
+from .batches import Batcher
 from .corpus import read_corpus
 from .errors import PretrainError
+from .export import load_softmax
+from .model import PretrainModel
 from .vocab import Vocab
 
 
@@ -40,8 +43,6 @@ def perplexity(
     ``model_dir`` on ``texts`` (files or directories, as ``pretrain`` reads
     them). Returns ``ppl_forward``, ``ppl_backward``, ``ppl``, ``tokens`` and
     ``unk_fraction``."""
-    from .trainer import Batcher, PretrainModel, _load_softmax
-
     model_dir = Path(model_dir)
     needed = ["weights.hdf5", "options.json", "vocab.txt", "softmax.hdf5"]
     missing = [name for name in needed if not (model_dir / name).is_file()]
@@ -58,7 +59,7 @@ def perplexity(
     model = PretrainModel(options, len(vocab), dropout=0.0)
     load_hdf5(model.bilm, model_dir / "weights.hdf5")
     try:
-        _load_softmax(model_dir / "softmax.hdf5", model.head)
+        load_softmax(model_dir / "softmax.hdf5", model.head)
     except ValueError as err:
         raise PretrainError(str(err)) from None
     model.eval()
