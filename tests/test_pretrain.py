@@ -336,17 +336,28 @@ def test_cli_pretrain_and_export(tmp_path):
     assert result.exit_code == 2 and "corpus path not found" in result.output
 
 
-def _torchrun(command, env, timeout, **kw):
-    """Run torchrun in a session of its own; on a timeout, kill the whole
-    session: killing the agent alone leaves its workers running, eating
-    the CPU of the tests that follow."""
+def _stop_torchrun(proc):
+    """SIGTERM to the agent, which stops its workers (they run in sessions
+    of their own: SIGKILL to the agent, as subprocess's timeout sends,
+    leaves them running and eating the CPU of the tests that follow)."""
     import subprocess
 
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _torchrun(command, env, timeout):
+    import subprocess
+
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        _stop_torchrun(proc)
         out, err = proc.communicate()
         pytest.fail(f"torchrun ran over {timeout} s: {command}\n{err[-3000:]}")
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
@@ -456,19 +467,14 @@ def test_torchrun_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
     full = _torchrun(command("full"), env, timeout=240)
     assert full.returncode == 0, full.stderr[-3000:]
     split_err = open(tmp_path / "split.stderr", "w")
-    proc = subprocess.Popen(command("split"), env=env, stdout=subprocess.DEVNULL, stderr=split_err, start_new_session=True)
+    proc = subprocess.Popen(command("split"), env=env, stdout=subprocess.DEVNULL, stderr=split_err)
     log = tmp_path / "split" / "log.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
         if log.exists() and any(r.get("event") == "train" and r["step"] >= 50 for r in read_log(log)):
             break
         time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    _stop_torchrun(proc)
     split_err.close()
     stopped = [r for r in read_log(log) if r["event"] == "stopped"]
     assert stopped and 50 <= stopped[0]["step"] < 300, (tmp_path / "split.stderr").read_text()[-3000:]
