@@ -244,21 +244,30 @@ def trend_section(trend: Path, grid: Dict, output: Path) -> List[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    # One panel per task and slice that has a series of two or more biLMs.
+    series = {}
     for task, system, fraction in sorted({(row[1], row[2], row[3]) for row in rows}):
         points = sorted((row[0]["ppl"], row[4]) for row in rows if row[1:4] == (task, system, fraction))
-        xs = [p for p, _ in points]
-        ax.errorbar(xs, [100 * m for _, (m, _, _) in points], yerr=[100 * sd for _, (_, sd, _) in points],
-                    marker="o", capsize=3, label=f"{task} {fraction:g}%, {SYSTEM_NAMES.get(system, system)}")
+        if len(points) >= 2:
+            series.setdefault((task, fraction), []).append((system, points))
+    if not series:
+        return lines
+    fig, axes = plt.subplots(1, len(series), figsize=(5.5 * len(series), 3.8), squeeze=False)
+    for ax, ((task, fraction), systems) in zip(axes[0], sorted(series.items())):
+        for system, points in systems:
+            ax.errorbar([p for p, _ in points], [100 * m for _, (m, _, _) in points],
+                        yerr=[100 * sd for _, (_, sd, _) in points], marker="o", capsize=3,
+                        label=SYSTEM_NAMES.get(system, system))
         base = grid.get(task, {}).get("baseline", {}).get(fraction, [])
         if base:
             mean = mean_sd([r["test"].get(TASKS[task][1]) for r in base])[0]
-            ax.axhline(100 * mean, linestyle="--", color="grey", label=f"{task} {fraction:g}%, {SYSTEM_NAMES['baseline']}")
-    ax.set_xscale("log")
-    ax.invert_xaxis()
-    ax.set_xlabel("biLM held-out perplexity (log scale, better to the right)")
-    ax.set_ylabel("test score")
-    ax.legend(fontsize=7)
+            ax.axhline(100 * mean, linestyle="--", color="grey", label=SYSTEM_NAMES["baseline"])
+        ax.set_xscale("log")
+        ax.invert_xaxis()
+        ax.set_title(f"{TASKS[task][0]}, {fraction:g}% of train")
+        ax.set_xlabel("biLM held-out perplexity (log scale; better to the right)")
+        ax.set_ylabel(f"test {TASKS[task][2]}")
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(output / "trend.png", dpi=110)
     plt.close(fig)
