@@ -20,7 +20,6 @@ model's training exported with ``python -m spacy_elmo export``):
 ``report.py --trend METRICS`` turns the result into a table and a plot: task
 score against the biLM's held-out perplexity.
 """
-import hashlib
 import json
 import subprocess
 import sys
@@ -30,14 +29,8 @@ from typing import List
 import typer
 
 SCRIPTS = Path(__file__).resolve().parent
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+sys.path.insert(0, str(SCRIPTS))
+from registry_fetch import sha256_of as sha256  # noqa: E402
 
 
 def main(
