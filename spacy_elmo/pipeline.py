@@ -269,10 +269,13 @@ class Elmo(TrainablePipe):
 
         def accumulate_gradient(grads):
             # A listener with grad_factor 0 sends None. Returns the (empty)
-            # gradient w.r.t. the Docs, like any layer.
+            # gradient w.r.t. the Docs, like any layer. The reported loss is
+            # the squared norm of the gradients into the biLM, as spaCy's
+            # tok2vec reports it.
             if grads is not None:
                 for i, grad in enumerate(grads):
                     d_outputs[i] = grad if d_outputs[i] is None else d_outputs[i] + grad
+                    losses[self.name] += float((grad**2).sum())
             return []
 
         def backprop(grads):
@@ -291,6 +294,15 @@ class Elmo(TrainablePipe):
         if listeners:
             listeners[-1].receive(batch_id, outputs, backprop)
         return losses
+
+    @property
+    def is_trainable(self) -> bool:
+        """Whether training changes this component: only when it fine-tunes
+        the biLM (:attr:`fine_tunes`). A frozen biLM has nothing to update,
+        so spaCy's training table shows no always-zero ``elmo`` loss column
+        for it; ``nlp.update`` still calls :meth:`update`, which broadcasts
+        the layers to the listeners."""
+        return self.fine_tunes
 
     @property
     def fine_tunes(self) -> bool:
