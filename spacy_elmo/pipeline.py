@@ -40,6 +40,7 @@ from spacy.training import Example, validate_get_examples
 from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
+from .vector_hooks import install as install_vector_hooks
 from .bilm import BiLM
 from .data import DTYPES, STORES, ElmoData
 from .layers.bilm_model import get_bilm, has_bilm, set_bilm
@@ -95,6 +96,7 @@ def _view(doc: Doc, start: int, end: int) -> Optional[ElmoData]:
         "frozen": False,
         "weights": None,
         "options": None,
+        "vector_hooks": True,
     },
     default_score_weights={},
 )
@@ -108,6 +110,7 @@ def make_elmo(
     frozen: bool = False,
     weights: Optional[str] = None,
     options: Optional[str] = None,
+    vector_hooks: bool = True,
 ) -> "Elmo":
     """ELMo activations on ``Doc._.elmo``.
 
@@ -125,9 +128,25 @@ def make_elmo(
         URL (see :mod:`spacy_elmo.hub`); None: the shipped English biLM.
         Read only at initialization (or first use before it): a saved
         pipeline carries its weights and never reads these again.
+    vector_hooks: answer ``token.vector``, ``span.vector``, ``doc.vector``
+        and ``.similarity`` from ``Doc._.elmo`` through spaCy's user hooks
+        (:mod:`spacy_elmo.vector_hooks`). On by default: contextual vectors
+        are what the component is for, spaCy users look for them there, and
+        the hooks compute nothing until asked. Turn it off to keep the
+        vocabulary's static vectors (e.g. ``en_core_web_md``'s) behind
+        ``.vector`` and ``.similarity``.
     """
     return Elmo(
-        nlp.vocab, model, name, store=store, dtype=dtype, mix=mix, frozen=frozen, weights=weights, options=options
+        nlp.vocab,
+        model,
+        name,
+        store=store,
+        dtype=dtype,
+        mix=mix,
+        frozen=frozen,
+        weights=weights,
+        options=options,
+        vector_hooks=vector_hooks,
     )
 
 
@@ -146,6 +165,7 @@ class Elmo(TrainablePipe):
         frozen: bool = False,
         weights: Optional[Union[str, Path]] = None,
         options: Optional[Union[str, Path]] = None,
+        vector_hooks: bool = True,
     ) -> None:
         if store not in STORES:
             raise ValueError(f"store must be one of {STORES}, found {store!r}")
@@ -161,6 +181,8 @@ class Elmo(TrainablePipe):
         #: The factory's ``weights``/``options``: read at initialization when
         #: ``[initialize.components.elmo]`` gives none.
         self.weights_source = (weights, options)
+        #: Install :mod:`spacy_elmo.vector_hooks` on every annotated Doc.
+        self.vector_hooks = vector_hooks
         _install_extensions()
 
     # ------------------------------------------------------------ listeners
@@ -235,6 +257,8 @@ class Elmo(TrainablePipe):
         store, dtype, mix = self.cfg["store"], self.cfg["dtype"], self.cfg["mix"]
         for doc, doc_layers in zip(docs, layers):
             doc._.elmo = ElmoData.from_layers(self.model.ops.to_numpy(doc_layers), store, dtype, mix)
+            if self.vector_hooks:
+                install_vector_hooks(doc)
 
     # ------------------------------------------------------------- training
     def update(
