@@ -7,8 +7,9 @@ weasel run fetch-brown`` etc., or ``project/scripts/fetch_*.py``):
 ``brown/`` (tags), ``wnut/`` (entities), ``sentiment/`` (two exclusive
 classes), each with ``train.spacy`` and ``dev.spacy``. Every config is
 trained as it ships (``python -m spacy train``), only the number of steps,
-the evaluation frequency and the output directory are given on the command
-line:
+the evaluation frequency, the number of development documents (the first
+``--dev-limit``, so that a short run is not spent evaluating) and the output
+directory are given on the command line:
 
 - ``elmo_tagger.cfg`` on Brown,
 - ``elmo_ner.cfg`` on WNUT-2016,
@@ -61,6 +62,7 @@ def main(
     output: Path = typer.Argument(..., help="where the trained pipelines go"),
     steps: int = typer.Option(300, help="training steps per config"),
     eval_frequency: int = typer.Option(100, help="steps between evaluations"),
+    dev_limit: int = typer.Option(1000, help="development documents per evaluation (0: all)"),
 ) -> None:
     for name in ("brown", "wnut", "sentiment"):
         for split in ("train", "dev"):
@@ -75,6 +77,7 @@ def main(
             "--output", str(output / config.removesuffix(".cfg")),
             "--paths.train", str(data_dir / "train.spacy"), "--paths.dev", str(data_dir / "dev.spacy"),
             "--training.max_steps", str(steps), "--training.eval_frequency", str(eval_frequency),
+            "--corpora.dev.limit", str(dev_limit),
         ]
         print("$ python -m spacy train configs/" + config + " " + " ".join(command[5:]).replace(str(output), "OUT").replace(str(corpus), "CORPUS"), flush=True)
         start = time.perf_counter()

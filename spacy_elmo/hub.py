@@ -211,6 +211,7 @@ def resolve(
             raise ValueError(f"{path} is a directory: leave options out, or give the weights file")
         return _directory_files(path)
     if path.is_file():
+        _check_hdf5(path)
         if options is None:
             return path, _sibling_options(path)
         return fetch(path, options, progress=progress)
@@ -278,6 +279,17 @@ def _sibling_options_url(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(path=parts.path[: -len("weights.hdf5")] + "options.json"))
 
 
+def _check_hdf5(weights: Path) -> None:
+    """A local weights file must be HDF5 (h5py's signature check: a few bytes)."""
+    import h5py
+
+    if not h5py.is_hdf5(weights):
+        raise ModelNotFoundError(
+            f"{weights} is not an HDF5 file: ELMo weights are the bilm-tf/AllenNLP "
+            f".hdf5 file (its options are a separate JSON file). {HOW_TO_GIVE_WEIGHTS}"
+        )
+
+
 def _sibling_options(weights: Path) -> Path:
     candidates = []
     if weights.name.endswith("weights.hdf5"):
@@ -293,10 +305,9 @@ def _sibling_options(weights: Path) -> Path:
 
 
 def _directory_files(folder: Path) -> Tuple[Path, Path]:
-    if (folder / "weights.hdf5").is_file():
-        return folder / "weights.hdf5", _sibling_options(folder / "weights.hdf5")
-    found = sorted(folder.glob("*weights.hdf5"))
+    found = [folder / "weights.hdf5"] if (folder / "weights.hdf5").is_file() else sorted(folder.glob("*weights.hdf5"))
     if len(found) == 1:
+        _check_hdf5(found[0])
         return found[0], _sibling_options(found[0])
     raise ModelNotFoundError(
         f"{folder} holds {'no' if not found else 'several'} *weights.hdf5 files: expected weights.hdf5 "

@@ -181,6 +181,7 @@ class Elmo(TrainablePipe):
         #: The factory's ``weights``/``options``: read at initialization when
         #: ``[initialize.components.elmo]`` gives none.
         self.weights_source = (weights, options)
+        _check_weights_source(weights, options)
         #: Install :mod:`spacy_elmo.vector_hooks` on every annotated Doc.
         self.vector_hooks = vector_hooks
         _install_extensions()
@@ -387,6 +388,30 @@ class Elmo(TrainablePipe):
             if has_bilm(self.model):
                 self._set_listener_dims(listener)
         return self
+
+
+def _check_weights_source(weights, options) -> None:
+    """At construction (``add_pipe``), for ``weights`` that name an existing
+    local file or directory: the checks that need no download and no array
+    read (the weights file is HDF5, its options are found and valid), so
+    that bad weights stop ``add_pipe`` rather than ``nlp.initialize()``.
+
+    Names, URLs and paths that do not exist here are left to
+    initialization, which downloads, reads and names them: a saved pipeline
+    is rebuilt through this constructor on ``spacy.load``, carries its
+    weights and never reads these, so a path of the machine that trained it
+    must not stop the load elsewhere."""
+    from .bilm import BiLMOptions
+    from .hub import PUBLISHED_MODELS, SHIPPED_NAMES, resolve
+
+    if isinstance(weights, str) and weights.strip().lower() in (*PUBLISHED_MODELS, *SHIPPED_NAMES):
+        return
+    if weights is None or any(isinstance(value, str) and "://" in value for value in (weights, options)):
+        return
+    if not Path(weights).expanduser().exists():
+        return
+    _, options_path = resolve(weights, options)
+    BiLMOptions.from_file(options_path)
 
 
 def validate_examples_like(examples: List[Example]) -> None:
