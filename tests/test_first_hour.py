@@ -152,3 +152,23 @@ def test_wheel_has_licence_and_entry_points(tmp_path):
     assert "spacy_elmo.ElmoTok2Vec.v1" in entry_points and "[spacy_span_getters]" in entry_points
     assert "spacy_elmo/models/english/weights.hdf5" in names
     assert "spacy_elmo/resources/senses_en.jsonl" in names
+
+
+def test_project_logger_needs_no_code(tmp_path):
+    """The project's configs name ``spacy_elmo.JsonlLogger.v1``: spaCy finds
+    it through the package's entry point, without ``--code``; each
+    evaluation is one JSON line with its time and words."""
+    import json
+
+    log = tmp_path / "log.jsonl"
+    command = [
+        sys.executable, "-m", "spacy", "train", str(ROOT / "project" / "configs" / "baseline_pos.cfg"),
+        "--paths.train", str(SAMPLE / "brown_train.spacy"), "--paths.dev", str(SAMPLE / "brown_dev.spacy"),
+        "--paths.log", str(log), "--training.max_steps", "4", "--training.eval_frequency", "2",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    records = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    assert [r["step"] for r in records] == [0, 2, 4]
+    assert all(isinstance(r["seconds"], (int, float)) and r["words"] > 0 for r in records[1:])
+    assert 0.0 <= records[-1]["scores"]["tag_acc"] <= 1.0
