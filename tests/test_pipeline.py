@@ -91,7 +91,7 @@ def test_no_weights_gives_a_clear_error(tmp_path, monkeypatch):
     give weights and where to get them."""
     from spacy_elmo import hub
 
-    monkeypatch.setattr(hub, "SHIPPED_MODEL_DIR", tmp_path / "missing")
+    monkeypatch.setattr(hub.names, "SHIPPED_MODEL_DIR", tmp_path / "missing")
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo")
     with pytest.raises(ValueError, match=r"initialize.components.elmo.*'small'"):
@@ -208,7 +208,7 @@ def test_bf16_precision_is_a_config_option_and_is_saved(tmp_path):
 
 
 def _bf16():
-    from spacy_elmo.bilm.model import bf16_supported
+    from spacy_elmo.bilm.fast import bf16_supported
 
     return bf16_supported("cpu")
 

@@ -17,7 +17,7 @@ Weights are right-multiplied (``x W``) as in TensorFlow; the forget gate's
 +1.0 is added at run time and never stored.
 """
 from pathlib import Path
-from typing import BinaryIO, Dict, Iterator, Optional, Tuple, Union
+from typing import BinaryIO, Dict, Iterator, Tuple, Union
 
 import numpy
 import torch

@@ -25,7 +25,7 @@ import torch
 from ..bilm.options import BiLMOptions
 from ..bilm.weights import load_datasets, read_datasets
 from .batches import Batcher
-from .corpus import read_corpus
+from .reading import read_corpus
 from .errors import PretrainError
 from .export import load_softmax
 from .model import PretrainModel

@@ -48,7 +48,7 @@ from .recurrence import fused_kernel_applies, recur_fused, recur_inplace
 from .token_cache import TokenCache, TypeProductCache, check_token_cache_size, type_keys
 
 #: The inference precisions (the arithmetic of the matrix products).
-PRECISIONS = ("fp32", "bf16", "int8")
+INFERENCE_PRECISIONS = ("fp32", "bf16", "int8")
 
 
 class ModelParts(NamedTuple):
@@ -77,8 +77,8 @@ def check_precision(value: str, device: Optional[torch.device] = None, current: 
     """``value`` if it names a precision (that can run on ``device``, where
     given), else a ValueError; warns when bf16 would be emulated (slower
     than fp32). The one check of a precision, wherever it is set."""
-    if value not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, found {value!r}")
+    if value not in INFERENCE_PRECISIONS:
+        raise ValueError(f"precision must be one of {INFERENCE_PRECISIONS}, found {value!r}")
     if device is None:
         return value
     if value == "bf16" and current != "bf16" and not bf16_supported(device):
