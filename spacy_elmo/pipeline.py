@@ -35,14 +35,14 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Un
 import numpy
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
-from spacy.tokens import Doc, Span, Token
+from spacy.tokens import Doc
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from . import architectures  # noqa: F401 (registers the architectures the default config names)
 from .bilm import BiLM
-from .data import DTYPES, STORES, ElmoData
+from .data import DTYPES, STORES, ElmoData, install_extensions
 from .layers.bilm_shim import get_bilm, has_bilm, set_bilm
 from .layers.listener import ElmoListenerLayer
 from .layers.scalar_mix import learned_mix
@@ -60,30 +60,6 @@ window = 128
 stride = 96
 """
 DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
-
-
-def _install_extensions() -> None:
-    if not Doc.has_extension("elmo"):
-        Doc.set_extension("elmo", default=None)
-    if not Span.has_extension("elmo"):
-        Span.set_extension("elmo", getter=_span_view)
-    if not Token.has_extension("elmo"):
-        Token.set_extension("elmo", getter=_token_view)
-
-
-# Module-level getters (not lambdas): nlp.pipe(n_process=N) pickles the
-# extension table for its workers.
-def _span_view(span: Span) -> Optional[ElmoData]:
-    return _view(span.doc, span.start, span.end)
-
-
-def _token_view(token: Token) -> Optional[ElmoData]:
-    return _view(token.doc, token.i, token.i + 1)
-
-
-def _view(doc: Doc, start: int, end: int) -> Optional[ElmoData]:
-    data = doc._.elmo
-    return None if data is None else data[start:end]
 
 
 @Language.factory(
@@ -163,7 +139,7 @@ class Elmo(TrainablePipe):
         #: The factory's ``weights``/``options``: read at initialization when
         #: ``[initialize.components.elmo]`` gives none.
         self.weights_source = (weights, options)
-        _install_extensions()
+        install_extensions()
 
     # ------------------------------------------------------------ listeners
     @property

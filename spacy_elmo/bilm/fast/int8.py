@@ -125,12 +125,11 @@ def pack_encoder(encoder: CharCNNEncoder) -> List[Int8Linear]:
     return convs
 
 
+Packs = Dict[str, List[Int8Linear]]
+
+
 def recur_int8(
-    layer: BiProjectedLSTMLayer,
-    packs: Dict[str, List[Int8Linear]],
-    inputs: torch.Tensor,
-    lengths: List[int],
-    state: State,
+    layer: BiProjectedLSTMLayer, packs: Packs, inputs: torch.Tensor, lengths: List[int], state: State,
     input_products: Optional[List[torch.Tensor]] = None,
 ) -> Tuple[torch.Tensor, State]:
     """The layer's recurrence with int8 products (:func:`pack_layer`);

@@ -3,12 +3,11 @@
 An LSTM step multiplies a few dozen rows (the active sentences) by a large
 weight matrix (4 x cell_dim columns). A plain ``torch.addmm`` re-lays the whole
 weight out for the CPU's matrix kernel on every call, so at that row count
-it runs memory-bound, at about a third of the machine's fp32 matmul peak.
+it runs memory-bound.
 oneDNN (PyTorch's ``mkldnn`` backend) can lay a weight out once and reuse it:
 ``torch.ops.mkldnn._reorder_linear_weight`` packs it and
 ``torch.ops.mkldnn._linear_pointwise`` multiplies by the packed weight, adding
-the step's input product in the same call. That doubles the speed of the
-per-step products (measured in docs/speed.md).
+the step's input product in the same call (its speed-up: docs/speed.md).
 
 The result is float32 throughout, equal to the unpacked product up to
 summation order (about 1e-6); rows are computed independently, so a
