@@ -201,6 +201,21 @@ def test_by_name_matches_the_local_files_and_second_use_reads_the_cache(server, 
     assert_same_outputs(again, local, parity_sentences)
 
 
+def test_a_fresh_download_is_read_and_checked_once(server, cache, monkeypatch):
+    """The format check the loader hands the hub keeps what it read: the
+    model gets those arrays, the file is not read a second time."""
+    from spacy_elmo.bilm import weights as weights_module
+
+    monkeypatch.setenv(hub.MIRROR_ENV, f"{server.url}/bucket")
+    real = weights_module.read_datasets
+    reads = []
+    monkeypatch.setattr(weights_module, "read_datasets", lambda *a, **k: reads.append(a[0]) or real(*a, **k))
+    BiLM.from_pretrained("small", progress=False)
+    assert len(reads) == 1 and str(reads[0]).endswith(".part")  # the staged download, before it was kept
+    BiLM.from_pretrained("small", progress=False)  # from the cache: one read
+    assert len(reads) == 2 and Path(reads[1]) == hub.published_cache_paths("small")[0]
+
+
 def test_by_url_matches_the_local_files(server, cache, parity_sentences):
     local = BiLM.from_hdf5(PARITY / "weights.hdf5", PARITY / "options.json")
     weights_url = f"{server.url}/bucket/{SMALL}/elmo_{SMALL}_weights.hdf5"

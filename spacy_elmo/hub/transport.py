@@ -98,14 +98,12 @@ def _download(url: str, dest: Path, *, progress: bool) -> Path:
     """Stream ``url`` into a new temporary file beside ``dest``; check its length."""
     from tqdm import tqdm
 
-    from .. import __version__
-
     fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     temp = Path(name)
     received, expected = 0, None
     try:
         with os.fdopen(fd, "wb") as out:
-            request = urllib.request.Request(url, headers={"User-Agent": f"spacy_elmo/{__version__}"})
+            request = urllib.request.Request(url, headers={"User-Agent": _user_agent()})
             with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
                 length = response.headers.get("Content-Length")
                 expected = int(length) if length is not None and length.strip().isdigit() else None
@@ -139,6 +137,17 @@ def _download(url: str, dest: Path, *, progress: bool) -> Path:
         temp.unlink(missing_ok=True)
         raise
     return temp
+
+
+def _user_agent() -> str:
+    """``spacy_elmo/<installed version>`` (from the package metadata: the hub
+    imports nothing of the package above it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"spacy_elmo/{version('spacy_elmo')}"
+    except PackageNotFoundError:
+        return "spacy_elmo"
 
 
 def _make_dirs(folders: List[Path]) -> List[Path]:
