@@ -503,6 +503,11 @@ def test_corpus_cache_round_trip_and_invalidation(tmp_path):
     # Other settings: their own entry.
     read_corpus([text], max_tokens=5, cache_dir=cache)
     assert len(list(cache.glob("corpus-*.npz"))) == 2
+    # Another file, same settings: its own entry and its own text.
+    other = tmp_path / "b.txt"
+    other.write_text("Birds sing .\n", encoding="utf-8")
+    assert "Birds" in read_corpus([other], max_tokens=4, cache_dir=cache).types
+    assert len(list(cache.glob("corpus-*.npz"))) == 3
     # A changed file: read again.
     text.write_text("Only one line now .\n", encoding="utf-8")
     changed = read_corpus([text], max_tokens=4, cache_dir=cache)
@@ -549,7 +554,8 @@ def test_an_inconsistent_corpus_cache_is_rebuilt_with_a_warning(tmp_path, caplog
 def test_a_failed_corpus_cache_write_costs_a_warning_and_leaves_no_temporary_file(tmp_path, monkeypatch, caplog):
     import logging
 
-    from spacy_elmo.pretrain import corpus as corpus_module
+    from spacy_elmo.pretrain import corpus_cache
+    from spacy_elmo.pretrain.reading import read_corpus
 
     text = write_corpus(tmp_path, 40)
     cache = tmp_path / "cache"
@@ -558,9 +564,9 @@ def test_a_failed_corpus_cache_write_costs_a_warning_and_leaves_no_temporary_fil
         fout.write(b"PK\x03\x04 half a zip")
         raise RuntimeError("disk full half-way")
 
-    monkeypatch.setattr(corpus_module.numpy, "savez", savez)
+    monkeypatch.setattr(corpus_cache.numpy, "savez", savez)
     with caplog.at_level(logging.WARNING, logger="spacy_elmo.pretrain.reading"):
-        read = corpus_module.read_corpus([text], max_tokens=4, cache_dir=cache)
+        read = read_corpus([text], max_tokens=4, cache_dir=cache)
     assert len(read) > 0 and "could not write the corpus cache" in caplog.text
     assert list(cache.iterdir()) == []
 

@@ -22,12 +22,12 @@ def cache_key(files: Sequence[Path], lang: str, max_tokens: int, max_line_chars:
 
     import spacy
 
-    files = []
+    stamps = []
     for path in files:
         st = path.stat()
-        files.append([str(path.resolve()), st.st_size, st.st_mtime_ns])
+        stamps.append([str(path.resolve()), st.st_size, st.st_mtime_ns])
     key = {
-        "format": CACHE_FORMAT, "files": files, "lang": lang, "max_tokens": max_tokens,
+        "format": CACHE_FORMAT, "files": stamps, "lang": lang, "max_tokens": max_tokens,
         "max_line_chars": max_line_chars, "strict": strict, "spacy": spacy.__version__,
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()
