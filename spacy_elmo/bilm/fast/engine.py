@@ -3,8 +3,8 @@ the one home of the inference settings.
 
 Training (autograd on) always runs the exact model of :mod:`spacy_elmo.bilm`.
 With autograd off, :meth:`BiLM.forward <spacy_elmo.bilm.BiLM.forward>` hands
-its parts (:class:`ModelParts`: the token encoder, the LSTM layers; never
-the model itself) to its :class:`InferenceEngine` (``bilm.engine``), which
+its parts (:class:`ModelParts`: the token encoder, the LSTM layers, the
+skip-connection flag and the mode; never the model itself) to its :class:`InferenceEngine` (``bilm.engine``), which
 encodes the word types and runs each LSTM layer. The engine's ``precision``
 names the arithmetic:
 
@@ -120,10 +120,11 @@ class InferenceEngine:
         self.fused_kernel = fused_kernel
         #: Token encodings of recently seen word types.
         self.token_cache = TokenCache(check_token_cache_size(token_cache_size))
+        bad_bytes = not isinstance(type_product_cache_bytes, int) or isinstance(type_product_cache_bytes, bool)
+        if bad_bytes or type_product_cache_bytes < 0:
+            raise ValueError(f"type_product_cache_bytes must be an integer >= 0, found {type_product_cache_bytes!r}")
         #: The first layer's input products of recently seen word types
         #: (opt-in: ``max_bytes`` 0 by default).
-        if isinstance(type_product_cache_bytes, bool) or not isinstance(type_product_cache_bytes, int) or type_product_cache_bytes < 0:
-            raise ValueError(f"type_product_cache_bytes must be an integer >= 0, found {type_product_cache_bytes!r}")
         self.type_product_cache = TypeProductCache(type_product_cache_bytes)
         self._packs: Dict[Tuple, packed.PackCache] = {}
 
