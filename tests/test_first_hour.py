@@ -11,7 +11,7 @@ import spacy
 from spacy.tokens import DocBin
 from thinc.api import Config
 
-from spacy_elmo.bilm import OptionsError
+from spacy_elmo.bilm import OptionsError, WeightFileError
 from spacy_elmo.hub import ModelNotFoundError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,14 +92,14 @@ def test_text_file_as_weights_is_named_at_add_pipe(tmp_path):
     text = tmp_path / "weights.txt"
     text.write_text("these are not weights\n", encoding="utf-8")
     nlp = spacy.blank("en")
-    with pytest.raises(ModelNotFoundError, match=r"weights\.txt is not an HDF5 file"):
+    with pytest.raises(WeightFileError, match=r"weights\.txt is not an HDF5 file"):
         nlp.add_pipe("elmo", config={"weights": str(text)})
     # Also with its options given, and as the weights of a directory.
-    with pytest.raises(ModelNotFoundError, match="not an HDF5 file"):
+    with pytest.raises(WeightFileError, match="not an HDF5 file"):
         nlp.add_pipe("elmo", config={"weights": str(text), "options": str(SHIPPED / "options.json")})
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "weights.hdf5").write_text("text\n", encoding="utf-8")
-    with pytest.raises(ModelNotFoundError, match=r"model[/\\]weights\.hdf5 is not an HDF5 file"):
+    with pytest.raises(WeightFileError, match=r"model[/\\]weights\.hdf5 is not an HDF5 file"):
         nlp.add_pipe("elmo", config={"weights": str(tmp_path / "model")})
     assert nlp.pipe_names == []
 
