@@ -40,6 +40,9 @@ setup(
             "spacy_elmo.ElmoInputOutput.v1 = spacy_elmo.layers:ElmoInputOutput",
             "spacy_elmo.ElmoTok2Vec.v1 = spacy_elmo.layers:ElmoTok2Vec",
         ],
+        "spacy_callbacks": [
+            "spacy_elmo.training_cache.v1 = spacy_elmo.layers:training_cache",
+        ],
         "spacy_span_getters": [
             "spacy_elmo.sent_or_strided_spans.v1 = spacy_elmo.layers:configure_sent_or_strided_spans",
             "spacy_elmo.strided_spans.v1 = spacy_elmo.layers:configure_strided_spans",

@@ -44,6 +44,7 @@ from .bilm import BiLM
 from .data import DTYPES, STORES, ElmoData
 from .layers.bilm_model import get_bilm, has_bilm, set_bilm
 from .layers.listener import ElmoListenerLayer
+from .layers.output_cache import OutputCache
 from .layers.scalar_mix import mix_weights as _mix_of
 
 DEFAULT_MODEL_CONFIG = """
@@ -133,6 +134,11 @@ def make_elmo(
 
 class Elmo(TrainablePipe):
     """Runs the biLM and feeds ``Doc._.elmo`` and the ELMo listeners."""
+
+    #: A training-time :class:`~spacy_elmo.layers.output_cache.OutputCache`
+    #: (set by ``spacy_elmo.training_cache.v1``; never saved), read while the
+    #: biLM is not fine-tuned.
+    output_cache: Optional[OutputCache] = None
 
     def __init__(
         self,
@@ -229,7 +235,12 @@ class Elmo(TrainablePipe):
         if not docs:
             return []
         self._load_configured_bilm()
-        return self.model.predict(docs)
+        return self._predict_layers(docs)
+
+    def _predict_layers(self, docs: List[Doc]) -> List[numpy.ndarray]:
+        if self.output_cache is None or self.fine_tunes:
+            return self.model.predict(docs)
+        return self.output_cache.predict(self.model, docs)
 
     def set_annotations(self, docs: Sequence[Doc], layers: List[numpy.ndarray]) -> None:
         store, dtype, mix = self.cfg["store"], self.cfg["dtype"], self.cfg["mix"]
@@ -264,7 +275,7 @@ class Elmo(TrainablePipe):
         if self.fine_tunes:
             outputs, bp_outputs = self.model.begin_update(docs)
         else:
-            outputs, bp_outputs = self.model.predict(docs), None
+            outputs, bp_outputs = self._predict_layers(docs), None
         d_outputs: List[Optional[numpy.ndarray]] = [None] * len(outputs)
 
         def accumulate_gradient(grads):

@@ -1,7 +1,8 @@
-"""thinc glue: the biLM over Docs, listeners, the scalar mix, span getters."""
+"""thinc glue: the biLM over Docs, listeners, the scalar mix, span getters, the training cache."""
 from .bilm_model import BiLMShim, ElmoBiLM, get_bilm, has_bilm, set_bilm
 from .elmo_tok2vec import ElmoTok2Vec
 from .listener import BiLMWithGradFactor, ElmoInputOutput, ElmoListener, ElmoListenerLayer, ElmoMix
+from .output_cache import OutputCache, training_cache
 from .scalar_mix import ScalarMix, mix_weights
 from .span_getters import configure_sent_or_strided_spans, configure_strided_spans
 
@@ -14,6 +15,7 @@ __all__ = [
     "ElmoListenerLayer",
     "ElmoMix",
     "ElmoTok2Vec",
+    "OutputCache",
     "ScalarMix",
     "configure_sent_or_strided_spans",
     "configure_strided_spans",
@@ -21,4 +23,5 @@ __all__ = [
     "has_bilm",
     "mix_weights",
     "set_bilm",
+    "training_cache",
 ]
