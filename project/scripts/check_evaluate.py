@@ -15,6 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from portable_paths import scrub
+
 import typer
 
 CORPUS = {"pos": "brown", "ner": "wnut", "sentiment": "sentiment"}
@@ -50,7 +52,7 @@ def main(
                        "--gold-preproc", "--code", str(SCRIPTS / "training_code.py"), "--output", str(scores)]
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode != 0:
-                rows.append((task, system, path.stem, run["test"].get(MAIN_SCORE[task]), None, done.stderr[-300:]))
+                rows.append((task, system, path.stem, run["test"].get(MAIN_SCORE[task]), None, scrub(done.stderr[-300:])))
                 bad += 1
                 continue
             got = json.loads(scores.read_text(encoding="utf-8"))[MAIN_SCORE[task]]
