@@ -1,17 +1,12 @@
 """The project's data scripts: parsing, labels, splits and slices (no network)."""
-import sys
-from pathlib import Path
 
 import pytest
 import spacy
 from spacy.tokens import Doc, DocBin
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "project" / "scripts"
-sys.path.insert(0, str(SCRIPTS))
-
-import fetch_sentiment  # noqa: E402
-import fetch_wnut  # noqa: E402
-import run_grid  # noqa: E402
+import fetch_sentiment
+import fetch_wnut
+import run_grid
 
 
 def test_wnut_tweets_and_split():
