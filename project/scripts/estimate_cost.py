@@ -28,7 +28,6 @@ machine whatever else runs on it; on an idle machine wall-clock time is
 at most the CPU time (spaCy's own layers use one core, PyTorch both).
 """
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Optional

@@ -1,7 +1,6 @@
 """Committed outputs hold no path of the machine that made them; the writers' path rule."""
 import json
 import re
-from pathlib import Path
 
 import pytest
 

@@ -1,6 +1,4 @@
 """Offline checks of the pretraining corpus: cleaners, the build, the held-out pin (no downloads)."""
-from pathlib import Path
-
 import pytest
 
 import fetch_brown
