@@ -6,6 +6,7 @@ from spacy.training import Example
 from spacy.util import fix_random_seed, registry
 
 from spacy_elmo import add_elmo
+from spacy_elmo.bilm.fast import InferenceEngine
 from spacy_elmo.layers.output_cache import OutputCache
 
 from conftest import random_model
@@ -94,6 +95,23 @@ def test_a_new_bilm_empties_the_cache():
     for a, b in zip(fresh, expected):
         numpy.testing.assert_array_equal(a, b)
     assert len(elmo.output_cache._store) == 2
+
+
+@pytest.mark.parametrize("change", ["precision", "engine"])
+def test_a_new_precision_or_engine_empties_the_cache(change):
+    _, nlp = run_training(64)
+    elmo = nlp.get_pipe("elmo")
+    docs = [nlp.make_doc(text) for text, _ in SENTENCES[:2]]
+    assert len(elmo.output_cache._store) == 4
+    if change == "precision":
+        elmo.bilm.precision = "int8"
+    else:
+        elmo.bilm.engine = InferenceEngine(packed_weights=False, type_products=False)
+    misses = elmo.output_cache.misses
+    fresh = elmo.predict(docs)
+    for a, b in zip(fresh, elmo.model.predict(docs)):
+        numpy.testing.assert_array_equal(a, b)
+    assert len(elmo.output_cache._store) == 2 and elmo.output_cache.misses == misses + 2
 
 
 def test_the_cache_is_not_saved(tmp_path):

@@ -25,7 +25,8 @@ Choices, named:
   of its batch.
 * **Keyed by what the biLM reads**: the spans the model's span getter gives
   for the Doc (their bounds) and the Doc's token texts. The cache is emptied
-  when the component's biLM object or its precision changes, and it is
+  when the component's biLM object, its inference engine (``bilm.engine``)
+  or its precision changes, and it is
   bypassed while the component fine-tunes the biLM (its outputs change with
   every update).
 * **Bounded, fill-once.** At most ``max_mib`` MiB of stored layers; once
@@ -39,11 +40,10 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy
 from spacy.language import Language
 from spacy.tokens import Doc
-from spacy.util import registry
 from thinc.api import Model
 from thinc.types import Floats3d
 
-from .bilm_model import get_bilm
+from .bilm_shim import get_bilm
 
 Key = Tuple[Tuple[str, ...], Tuple[Tuple[int, int], ...]]
 
@@ -59,8 +59,7 @@ class OutputCache:
         self.hits = 0
         self.misses = 0
         self._store: Dict[Key, numpy.ndarray] = {}
-        self._state: Optional[Tuple[int, str]] = None
-        self._bilm = None
+        self._state: Optional[Tuple[object, object, str]] = None
 
     def clear(self) -> None:
         self._store.clear()
@@ -78,9 +77,10 @@ class OutputCache:
     def predict(self, model: Model, docs: Sequence[Doc]) -> List[Floats3d]:
         """``model.predict(docs)``, reading stored Docs from the cache."""
         bilm = get_bilm(model)
-        if self._bilm is not bilm or self._state != model.attrs["precision"]:
+        state = (bilm, bilm.engine, bilm.precision)  # the model and the engine compare by identity
+        if self._state != state:
             self.clear()
-            self._bilm, self._state = bilm, model.attrs["precision"]
+            self._state = state
         keys = self._keys(model, docs)
         found = [self._store.get(key) for key in keys]
         todo = [i for i, layers in enumerate(found) if layers is None]
@@ -97,7 +97,6 @@ class OutputCache:
         return [model.ops.asarray3f(layers.copy()) for layers in found]
 
 
-@registry.callbacks("spacy_elmo.training_cache.v1")
 def training_cache(max_mib: float = 1024) -> Callable[[Language], Language]:
     """``[initialize.after_init]``: give every ``elmo`` component of the
     pipeline an :class:`OutputCache` of ``max_mib`` MiB for this training
