@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from .batching import map_batches
-from .chars import batch_to_char_ids
+from .chars import PAD_CHAR, CharVocabulary, batch_to_char_ids
 from .fast.engine import PRECISIONS, InferenceEngine, bf16_supported, check_precision  # noqa: F401
 from .fast.token_cache import (  # noqa: F401 (check_token_cache_size: used by the thinc layer)
     MAX_TOKEN_CACHE_SIZE,
@@ -64,6 +64,7 @@ class BiLM(nn.Module):
         stateful: bool = False,
         dropout: float = 0.0,
         token_cache_size: int = 50_000,
+        vocabulary: Optional[CharVocabulary] = None,
     ) -> None:
         super().__init__()
         if not 0.0 <= dropout < 1.0:
@@ -78,7 +79,11 @@ class BiLM(nn.Module):
             raise TypeError(f"options must be a BiLMOptions or an options dict, found {type(options).__name__}")
         options.validate()  # again: its fields may have changed since it was made
         self.options = options
-        self.token_encoder = CharCNNEncoder(options)
+        #: The character (and word) vocabulary of an ELMoForManyLangs model
+        #: (``options.family``); None: the byte scheme of bilm-tf models.
+        self.vocabulary = _check_vocabulary(options, vocabulary)
+        pad_id = PAD_CHAR + 1 if self.vocabulary is None else self.vocabulary.pad_id
+        self.token_encoder = CharCNNEncoder(options, pad_id=pad_id)
         self.layers = nn.ModuleList(
             BiProjectedLSTMLayer(
                 options.projection_dim,
@@ -86,6 +91,7 @@ class BiLM(nn.Module):
                 options.projection_dim,
                 options.cell_clip,
                 options.proj_clip,
+                forget_bias=options.forget_bias,
             )
             for _ in range(options.n_layers)
         )
@@ -158,6 +164,14 @@ class BiLM(nn.Module):
         load_hdf5(model, weights_path, arrays)
         return model
 
+    def batch_ids(self, sentences: Sequence[Sequence[str]]) -> Tuple[numpy.ndarray, numpy.ndarray]:
+        """``(ids, lengths)`` of tokenised sentences in this model's scheme
+        (bytes, or its character vocabulary), sentence boundaries added:
+        the input of :meth:`forward`."""
+        if self.vocabulary is not None:
+            return self.vocabulary.batch_ids(sentences)
+        return batch_to_char_ids(sentences, self.options.max_characters_per_token)
+
     @classmethod
     def from_pretrained(
         cls, name: Optional[PathLike] = None, options: Optional[PathLike] = None, *, progress: bool = True, **kwargs
@@ -167,13 +181,22 @@ class BiLM(nn.Module):
         (AllenNLP's published English ELMo, downloaded once into the cache), a
         directory or weights file, or an http(s) URL. See :mod:`spacy_elmo.hub`."""
         from ..hub import resolve
+        from .formats import efml
 
-        return cls.from_hdf5(*resolve(name, options, progress=progress), **kwargs)
+        weights, options_path = resolve(name, options, progress=progress)
+        if efml.is_model_dir(weights):
+            return efml.load(weights, **kwargs)
+        return cls.from_hdf5(weights, options_path, **kwargs)
 
     def to_hdf5(self, weights_path: PathLike, options_path: PathLike) -> None:
         """Export to the published format (weights hdf5 + options JSON)."""
         from .weights import save_hdf5
 
+        if self.vocabulary is not None:
+            raise ValueError(
+                "an ELMoForManyLangs biLM (character vocabulary, word embedding) has no bilm-tf hdf5 form: "
+                "write it in its own layout with spacy_elmo.bilm.formats.efml.save(bilm, DIRECTORY)"
+            )
         save_hdf5(self, weights_path)
         self.options.to_file(options_path)
 
@@ -339,7 +362,7 @@ class BiLM(nn.Module):
         device = self.device
 
         def run_batch(batch: List[List[str]]) -> List[numpy.ndarray]:
-            char_ids, _ = batch_to_char_ids(batch, self.options.max_characters_per_token)
+            char_ids, _ = self.batch_ids(batch)
             output = self(torch.from_numpy(char_ids).to(device))
             stacked = torch.stack(output.layers, dim=1).float().cpu().numpy()
             return [numpy.ascontiguousarray(stacked[row, :, 1 : len(s) + 1]) for row, s in enumerate(batch)]
@@ -348,3 +371,36 @@ class BiLM(nn.Module):
             results = map_batches(sentences, batch_size, run_batch, by_length=not self.stateful)
         empty = numpy.zeros((self.num_layers, 0, self.output_dim), dtype=numpy.float32)
         return [empty.copy() if r is None else r for r in results]
+
+
+def _check_vocabulary(options: BiLMOptions, vocabulary: Optional[CharVocabulary]) -> Optional[CharVocabulary]:
+    """The vocabulary an ELMoForManyLangs model needs (None for bilm-tf),
+    checked against the embedding sizes of ``options``."""
+    from .options import FAMILY_EFML
+
+    if options.family != FAMILY_EFML:
+        if vocabulary is not None:
+            raise ValueError(f"a {options.family} biLM reads bytes: it takes no character vocabulary")
+        return None
+    if not isinstance(vocabulary, CharVocabulary):
+        raise ValueError("an ELMoForManyLangs biLM needs its vocabulary (a CharVocabulary of char.dic and word.dic)")
+    if vocabulary.max_chars != options.max_characters_per_token:
+        raise ValueError(
+            f"the vocabulary cuts tokens at {vocabulary.max_chars} characters, the options at "
+            f"{options.max_characters_per_token}"
+        )
+    for name, table, rows in (("char", vocabulary.chars, options.n_characters), ("word", vocabulary.words, options.n_words)):
+        if table is None:
+            if name == "word" and options.word_embedding_dim:
+                raise ValueError("the biLM has a word embedding but its vocabulary has no words (word.dic)")
+            continue
+        if name == "word" and not options.word_embedding_dim:
+            raise ValueError("the vocabulary has words (word.dic) but the biLM has no word embedding")
+        top = max(table.values())
+        low = min(table.values())
+        if low < 0 or top >= rows:
+            raise ValueError(
+                f"{name}.dic holds ids in [{low}, {top}] but the {name} embedding has {rows} rows "
+                f"(ids must lie in [0, {rows - 1}])"
+            )
+    return vocabulary

@@ -28,6 +28,20 @@ from .chars import MAX_CHARS, N_CHARACTERS
 
 ACTIVATIONS = ("relu", "tanh")
 
+#: Model families: bilm-tf/AllenNLP (byte characters, TensorFlow's LSTM with
+#: its +1 forget bias, a projection only where the CNN width differs) and
+#: ELMoForManyLangs (a character vocabulary, an optional word embedding
+#: concatenated before the projection, which is always there, PyTorch's LSTM
+#: with its biases as stored). One model (:class:`~spacy_elmo.BiLM`) runs both.
+FAMILY_BILM_TF = "bilm-tf"
+FAMILY_EFML = "elmoformanylangs"
+FAMILIES = (FAMILY_BILM_TF, FAMILY_EFML)
+#: Bounds of the ELMoForManyLangs vocabularies (rows of the embeddings).
+#: Published: about 10k characters and 70k-400k words.
+MAX_VOCAB_CHARS = 1 << 21
+MAX_VOCAB_WORDS = 1 << 24
+MAX_WORD_DIM = 4096
+
 #: Inclusive (min, max) of each integer field. Largest published value
 #: (the original and 5.5B models) in the comment; every bound is 8x or more.
 LIMITS: Dict[str, Tuple[int, int]] = {
@@ -62,6 +76,9 @@ JSON_PATHS = {
     "cell_clip": "lstm.cell_clip",
     "proj_clip": "lstm.proj_clip",
     "use_skip_connections": "lstm.use_skip_connections",
+    "family": "family",
+    "word_embedding_dim": "word_embedding.dim",
+    "n_words": "word_embedding.n_words",
 }
 
 
@@ -105,11 +122,12 @@ def parameter_count(options: "BiLMOptions") -> int:
     options, computed from the sizes alone (nothing is allocated)."""
     o = options
     F, P, C = o.n_filters, o.projection_dim, o.lstm_dim
-    count = N_CHARACTERS * o.char_embedding_dim
+    count = o.char_rows * o.char_embedding_dim
+    count += (o.n_words + 1) * o.word_embedding_dim if o.word_embedding_dim else 0
     count += sum(width * o.char_embedding_dim * num + num for width, num in o.filters)
     count += o.n_highway * (F * 2 * F + 2 * F)
     if o.has_projection:
-        count += F * P + P
+        count += (F + o.word_embedding_dim) * P + P
     # Per layer and direction: W_ih (4C x P), W_hh (4C x P), bias (4C), W_P (P x C).
     count += o.n_layers * 2 * (2 * 4 * C * P + 4 * C + P * C)
     return count
@@ -134,6 +152,12 @@ class BiLMOptions:
     proj_clip: Optional[float] = 3.0
     use_skip_connections: bool = True
     extra: Dict[str, Any] = field(default_factory=dict)
+    #: :data:`FAMILY_BILM_TF` or :data:`FAMILY_EFML`; with the latter,
+    #: ``n_characters`` is the size of the character vocabulary.
+    family: str = FAMILY_BILM_TF
+    #: Width and rows of the word embedding (ELMoForManyLangs only; 0: none).
+    word_embedding_dim: int = 0
+    n_words: int = 0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -160,8 +184,23 @@ class BiLMOptions:
                 problem(name, f"must be in [{low}, {high}], found {value}")
             else:
                 setattr(self, name, int(value))
-        if not _is_int(self.n_characters) or self.n_characters not in (261, 262):
-            problem("n_characters", f"must be 261 or 262, found {self.n_characters!r}")
+        if self.family not in FAMILIES:
+            problem("family", f"must be one of {FAMILIES}, found {self.family!r}")
+        elif self.family == FAMILY_BILM_TF:
+            if not _is_int(self.n_characters) or self.n_characters not in (261, 262):
+                problem("n_characters", f"must be 261 or 262, found {self.n_characters!r}")
+            if self.word_embedding_dim or self.n_words:
+                problem("word_embedding_dim", "must be 0: bilm-tf models have no word embedding")
+        else:
+            if not _is_int(self.n_characters) or not 6 <= self.n_characters <= MAX_VOCAB_CHARS:
+                problem("n_characters", f"must be a character vocabulary size in [6, {MAX_VOCAB_CHARS}], found {self.n_characters!r}")
+            if not _is_int(self.word_embedding_dim) or not 0 <= self.word_embedding_dim <= MAX_WORD_DIM:
+                problem("word_embedding_dim", f"must be in [0, {MAX_WORD_DIM}], found {self.word_embedding_dim!r}")
+            elif not _is_int(self.n_words) or not (
+                (self.word_embedding_dim == 0 and self.n_words == 0)
+                or (self.word_embedding_dim > 0 and 2 <= self.n_words <= MAX_VOCAB_WORDS)
+            ):
+                problem("n_words", f"must be in [2, {MAX_VOCAB_WORDS}] with a word embedding and 0 without, found {self.n_words!r}")
         if not isinstance(self.activation, str) or self.activation not in ACTIVATIONS:
             problem("activation", f"must be one of {ACTIVATIONS}, found {self.activation!r}")
         if not isinstance(self.use_skip_connections, bool):
@@ -233,8 +272,26 @@ class BiLMOptions:
 
     @property
     def has_projection(self) -> bool:
-        """bilm-tf projects the CNN output only when its width differs."""
-        return self.n_filters != self.projection_dim
+        """bilm-tf projects the CNN output only when its width differs;
+        ELMoForManyLangs always projects."""
+        return self.family == FAMILY_EFML or self.n_filters != self.projection_dim
+
+    @property
+    def char_rows(self) -> int:
+        """Rows of the character embedding, the "no token" row 0 included."""
+        return N_CHARACTERS if self.family == FAMILY_BILM_TF else self.n_characters + 1
+
+    @property
+    def forget_bias(self) -> float:
+        """Added to the forget gate at run time: TensorFlow's 1.0 (bilm-tf),
+        none for PyTorch-trained ELMoForManyLangs models."""
+        return 1.0 if self.family == FAMILY_BILM_TF else 0.0
+
+    @property
+    def token_width(self) -> int:
+        """Ids per token in the model's input: the characters, plus the word
+        id when there is a word embedding."""
+        return self.max_characters_per_token + (1 if self.word_embedding_dim else 0)
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "BiLMOptions":
@@ -256,7 +313,12 @@ class BiLMOptions:
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 raise OptionsError(f"options: field 'lstm.{name}' must be a number, found {value!r}", [f"lstm.{name}"])
             clip[name] = None if value is None else float(value)
+        family = _get(data, "", "family", str, FAMILY_BILM_TF)
+        words = _get(data, "", "word_embedding", dict, {}) if family == FAMILY_EFML else {}
         options = cls(
+            family=family,
+            word_embedding_dim=_get(words, "word_embedding.", "dim", int, 0),
+            n_words=_get(words, "word_embedding.", "n_words", int, 0),
             char_embedding_dim=_get(embedding, "char_cnn.embedding.", "dim", int),
             filters=[tuple(f) for f in filters],
             n_highway=_get(cnn, "char_cnn.", "n_highway", int, 0),
@@ -282,8 +344,12 @@ class BiLMOptions:
             n_highway=self.n_highway,
             activation=self.activation,
             max_characters_per_token=self.max_characters_per_token,
-            n_characters=N_CHARACTERS,
+            n_characters=N_CHARACTERS if self.family == FAMILY_BILM_TF else self.n_characters,
         )
+        if self.family != FAMILY_BILM_TF:
+            data["family"] = self.family
+            if self.word_embedding_dim:
+                data["word_embedding"] = {"dim": self.word_embedding_dim, "n_words": self.n_words}
         lstm = data.setdefault("lstm", {})
         lstm.update(
             dim=self.lstm_dim,

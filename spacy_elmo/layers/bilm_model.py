@@ -37,7 +37,6 @@ from thinc.types import Floats3d
 
 from ..bilm import BiLM, BiLMOptions
 from ..bilm.batching import map_batches
-from ..bilm.chars import batch_to_char_ids
 from ..hub import HOW_TO_GIVE_WEIGHTS
 from .listener import replace_listener, replace_listener_cfg
 from .span_getters import SpanGetter, configure_sent_or_strided_spans, token_sources
@@ -277,7 +276,7 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3
     batches: List[Tuple[List[torch.Tensor], Callable, int]] = []
 
     def run_batch(batch: List[List[str]]) -> List[Tuple[numpy.ndarray, int, int]]:
-        char_ids, _ = batch_to_char_ids(batch, bilm.options.max_characters_per_token)
+        char_ids, _ = bilm.batch_ids(batch)
         inputs = ArgsKwargs(args=(torch.from_numpy(char_ids).to(bilm.device),), kwargs={})
         output, batch_backprop = shim.begin_update(inputs)
         stacked = torch.stack(output.layers, dim=1).detach().float().cpu().numpy()  # (B, L+1, T, dim)
