@@ -15,6 +15,10 @@
   directory holding ``weights.hdf5`` + ``options.json`` (what ``python -m
   spacy_elmo export`` writes) or one ``*weights.hdf5`` with its
   ``*options.json``.
+- The other published families (:mod:`spacy_elmo.hub_families`):
+  ``efml:<lang>`` and ``nlpl:<id>`` names, zips (local or URLs), and
+  directories of ELMoForManyLangs models or NLPL's ``model.hdf5``. For an
+  ELMoForManyLangs model the pair is ``(model directory, its config.json)``.
 
 Choices:
 
@@ -88,6 +92,7 @@ HOW_TO_GIVE_WEIGHTS = (
     "spacy_elmo.BiLM.from_pretrained(NAME). Names: 'english' (shipped with the "
     "package; the default), and AllenNLP's published English ELMo 'small', "
     "'medium', 'original', 'original-5.5b' (downloaded once into the cache; "
+    "other languages: 'efml:<lang>' (ELMoForManyLangs, e.g. 'efml:de') or 'nlpl:<id>' (the NLPL repository); "
     "ahead of time: python -m spacy_elmo download NAME). A path: a directory with "
     "weights.hdf5 and options.json, or weights = 'path/weights.hdf5' with "
     "options = 'path/options.json' (bilm-tf/AllenNLP format). Or an http(s) URL "
@@ -195,6 +200,14 @@ def resolve(
         if options is not None:
             raise ValueError("options were given without weights")
         return shipped_model()
+    from . import hub_families as families
+
+    if isinstance(weights, str) and families.parse_name(weights) is not None:
+        if options is not None:
+            raise ValueError(f"the model name {weights!r} comes with its options; leave options out")
+        return families.resolve_name(weights, progress=progress)
+    if isinstance(weights, str) and is_url(weights) and families.is_zip_path(urllib.parse.urlsplit(weights).path):
+        return families.resolve_zip_url(weights, progress=progress)
     if isinstance(weights, str) and is_url(weights):
         if options is None:
             options = _sibling_options_url(weights)
@@ -210,6 +223,8 @@ def resolve(
         if options is not None:
             raise ValueError(f"{path} is a directory: leave options out, or give the weights file")
         return _directory_files(path)
+    if path.is_file() and families.is_zip_path(path) and options is None:
+        return families.resolve_local_zip(path)
     if path.is_file():
         if options is None:
             return path, _sibling_options(path)
@@ -293,6 +308,11 @@ def _sibling_options(weights: Path) -> Path:
 
 
 def _directory_files(folder: Path) -> Tuple[Path, Path]:
+    from .hub_families import directory_files
+
+    other = directory_files(folder)  # ELMoForManyLangs, or NLPL's model.hdf5
+    if other is not None:
+        return other
     if (folder / "weights.hdf5").is_file():
         return folder / "weights.hdf5", _sibling_options(folder / "weights.hdf5")
     found = sorted(folder.glob("*weights.hdf5"))
@@ -368,8 +388,9 @@ class _Failure(Exception):
         self.url = url
 
 
-def _download(url: str, dest: Path, *, progress: bool) -> Path:
-    """Stream ``url`` into a new temporary file beside ``dest``; check its length."""
+def _download(url: str, dest: Path, *, progress: bool, max_bytes: Optional[int] = None) -> Path:
+    """Stream ``url`` into a new temporary file beside ``dest``; check its
+    length (and stop past ``max_bytes``, where given)."""
     from tqdm import tqdm
 
     from . import __version__
@@ -393,6 +414,8 @@ def _download(url: str, dest: Path, *, progress: bool) -> Path:
                             break
                         out.write(chunk)
                         received += len(chunk)
+                        if max_bytes is not None and received > max_bytes:
+                            raise _Failure(f"the download is larger than {max_bytes:,} bytes; refused", url)
                         bar.update(len(chunk))
         if expected is not None and received != expected:
             raise _Failure(f"received {received} of {expected} bytes (the download was cut short)", url)

@@ -51,18 +51,22 @@ NOT_INITIALIZED = (
 def _serialize_bilm(module: torch.nn.Module) -> bytes:
     if not isinstance(module, BiLM):
         return b""
+    fields = {
+        "options": module.options.to_dict(),
+        "precision": module.precision,
+        "token_cache_size": module.token_cache.max_size,
+    }
+    if module.vocabulary is not None:  # ELMoForManyLangs: its own tensors and vocabularies
+        from ..bilm.formats import efml
+
+        fields.update(efml.to_fields(module))
+        return srsly.msgpack_dumps(fields)
     buffer = io.BytesIO()
     from ..bilm.weights import save_hdf5
 
     save_hdf5(module, buffer)
-    return srsly.msgpack_dumps(
-        {
-            "options": module.options.to_dict(),
-            "weights": buffer.getvalue(),
-            "precision": module.precision,
-            "token_cache_size": module.token_cache.max_size,
-        }
-    )
+    fields["weights"] = buffer.getvalue()
+    return srsly.msgpack_dumps(fields)
 
 
 _RESAVE = (
@@ -108,6 +112,15 @@ def _deserialize_bilm(module: torch.nn.Module, data: bytes, device: torch.device
         token_cache_size = check_token_cache_size(msg.get("token_cache_size", 50_000))
     except ValueError as err:
         raise WeightFileError(f"{where}: {err}; {_RESAVE}") from None
+    if options.family != "bilm-tf":
+        from ..bilm.formats import efml
+
+        try:
+            bilm = efml.from_fields(options, msg, where, token_cache_size=token_cache_size)
+        except efml.EfmlFormatError as err:
+            raise WeightFileError(f"{err}; {_RESAVE}") from None
+        bilm.precision = precision
+        return bilm.to(device)
     weights = io.BytesIO(msg["weights"])
     arrays = read_datasets(weights, options)
     bilm = BiLM(options, token_cache_size=token_cache_size)

@@ -520,3 +520,79 @@ def save(model, path: PathLike) -> Path:
     torch.save(te, folder / "token_embedder.pkl")
     torch.save(en, folder / "encoder.pkl")
     return folder
+
+
+# ------------------------------------------------- inside a saved pipeline
+def to_fields(model) -> Dict[str, Any]:
+    """What a saved spaCy pipeline stores of an ELMoForManyLangs biLM
+    (msgpack-able: hdf5 bytes of both state dicts under ``token_embedder/``
+    and ``encoder/``, the vocabularies as ``[token, id]`` lists)."""
+    import io
+
+    import h5py
+
+    te, en = state_dicts(model)
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w") as out:
+        for group, table in (("token_embedder", te), ("encoder", en)):
+            for key, tensor in table.items():
+                out.create_dataset(f"{group}/{key}", data=tensor.numpy())
+    vocabulary = model.vocabulary
+    return {
+        "weights": buffer.getvalue(),
+        "vocabulary": {
+            "chars": [[token, index] for token, index in vocabulary.chars.items()],
+            "words": None if vocabulary.words is None else [[t, i] for t, i in vocabulary.words.items()],
+        },
+    }
+
+
+def from_fields(options: BiLMOptions, msg: Dict[str, Any], where: str, **kwargs) -> "BiLM":  # noqa: F821
+    """The biLM of :func:`to_fields`' fields, every tensor shape-checked
+    against ``options`` (already validated) before the model is allocated."""
+    import io
+
+    import h5py
+
+    if not isinstance(msg.get("weights"), bytes):
+        raise EfmlFormatError(f"{where} holds no weights (field 'weights' is missing or not bytes)")
+    vocab = msg.get("vocabulary")
+    if not isinstance(vocab, dict):
+        raise EfmlFormatError(f"{where} holds no vocabulary (field 'vocabulary')")
+    tables = {}
+    for name in ("chars", "words"):
+        entries = vocab.get(name)
+        if entries is None and name == "words":
+            tables[name] = None
+            continue
+        if not isinstance(entries, list) or not all(
+            isinstance(e, (list, tuple)) and len(e) == 2 and isinstance(e[0], str) and isinstance(e[1], int) and not isinstance(e[1], bool)
+            for e in entries
+        ):
+            raise EfmlFormatError(f"{where}: vocabulary.{name} must be a list of [token, id] pairs")
+        tables[name] = {token: index for token, index in entries}
+    expected_te, expected_en = expected_shapes(options)
+    te: Dict[str, torch.Tensor] = {}
+    en: Dict[str, torch.Tensor] = {}
+    try:
+        with h5py.File(io.BytesIO(msg["weights"]), "r") as fin:
+            for group, expected, table in (("token_embedder", expected_te, te), ("encoder", expected_en, en)):
+                if group not in fin:
+                    raise EfmlFormatError(f"{where}: the weights lack the group {group!r}")
+                for key in fin[group]:
+                    data = fin[group][key]
+                    if not hasattr(data, "shape") or key not in expected or tuple(data.shape) != expected[key]:
+                        raise EfmlFormatError(
+                            f"{where}: {group}/{key} is not one of the {len(expected)} tensors the options call for "
+                            f"(or has another shape)"
+                        )
+                    if data.dtype.kind != "f":
+                        raise EfmlFormatError(f"{where}: {group}/{key} holds {data.dtype} values, expected float32")
+                    tensor = torch.from_numpy(data[...].astype("float32"))
+                    if not torch.isfinite(tensor).all():
+                        raise EfmlFormatError(f"{where}: {group}/{key} holds NaN or infinite values")
+                    table[key] = tensor
+    except OSError as err:
+        raise EfmlFormatError(f"{where}: the weights are not readable hdf5 ({err})") from None
+    check_shapes(options, te, en, {"token_embedder": f"{where} token_embedder", "encoder": f"{where} encoder"})
+    return build(options, tables["chars"], tables["words"], te, en, where=where, **kwargs)
