@@ -272,3 +272,41 @@ def test_bilm_tf_export_is_refused_for_this_family(tmp_path):
     model = efml.load(EFML / "chars_only")
     with pytest.raises(ValueError, match="has no bilm-tf hdf5 form"):
         model.to_hdf5(tmp_path / "w.hdf5", tmp_path / "o.json")
+
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def test_example_tagger_config_trains_on_an_efml_model():
+    from spacy.training import Example
+    from spacy.util import load_config
+
+    config = load_config(EXAMPLES / "efml_tagger_de.cfg", overrides={"paths.elmo_weights": str(EFML / "with_words")})
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True)
+    assert nlp.lang == "de"
+    words = [["Die", "Katze", "schläft", "."], ["Hallo", "Москва", "!"]]
+    tags = [["DET", "NOUN", "VERB", "PUNCT"], ["INTJ", "PROPN", "PUNCT"]]
+    examples = [
+        Example.from_dict(spacy.tokens.Doc(nlp.vocab, words=w), {"tags": t}) for w, t in zip(words, tags)
+    ]
+    optimizer = nlp.initialize(lambda: examples)
+    first = nlp.update(examples, sgd=optimizer)["tagger"]
+    for _ in range(30):
+        last = nlp.update(examples, sgd=optimizer)["tagger"]
+    assert last < first / 2
+    doc = nlp(spacy.tokens.Doc(nlp.vocab, words=words[0]))
+    assert [t.tag_ for t in doc] == tags[0]
+
+
+def test_example_script_runs_offline_on_a_model_directory():
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "efml_german.py"), str(EFML / "with_words")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Doc._.elmo: (3, 8, 16)" in result.stdout
+    assert "context-free) is the same in both: True" in result.stdout
+    assert "to float32 rounding): True" in result.stdout
