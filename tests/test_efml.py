@@ -310,3 +310,19 @@ def test_example_script_runs_offline_on_a_model_directory():
     assert "Doc._.elmo: (3, 8, 16)" in result.stdout
     assert "context-free) is the same in both: True" in result.stdout
     assert "to float32 rounding): True" in result.stdout
+
+
+def test_options_of_the_family_round_trip_and_count_parameters():
+    from spacy_elmo.bilm.options import BiLMOptions, OptionsError, parameter_count
+
+    model = efml.load(EFML / "with_words")
+    assert parameter_count(model.options) == sum(p.numel() for p in model.parameters())
+    again = BiLMOptions.from_dict(model.options.to_dict())
+    assert (again.family, again.n_characters, again.word_embedding_dim, again.n_words) == ("elmoformanylangs", 64, 6, 15)
+    assert again.forget_bias == 0.0 and again.has_projection and again.token_width == 51
+    with pytest.raises(OptionsError, match="family must be one of"):
+        BiLMOptions(family="other")
+    with pytest.raises(OptionsError, match="word_embedding.n_words must be in"):
+        BiLMOptions(family="elmoformanylangs", n_characters=64, word_embedding_dim=6, n_words=1)
+    with pytest.raises(OptionsError, match="bilm-tf models have no word embedding"):
+        BiLMOptions(word_embedding_dim=6, n_words=10)
