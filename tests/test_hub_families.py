@@ -1,8 +1,6 @@
 """efml:/nlpl: names through a local server laid out like the NLPL
 repository, NLPL bilm-tf zips (n_characters 261), and safe unpacking."""
 import json
-import os
-import shutil
 import stat
 import zipfile
 from pathlib import Path
