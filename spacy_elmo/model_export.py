@@ -3,7 +3,7 @@
 ``python -m spacy_elmo export SOURCE TARGET`` with a SOURCE that is not a
 pretraining output directory: a saved spaCy pipeline (its ``elmo``
 component's biLM, which lives inside the pipeline) or any weights name,
-path or URL (:mod:`spacy_elmo.hub`). bilm-tf models are written as
+path or URL (:func:`spacy_elmo.loading.load_bilm`). bilm-tf models are written as
 ``weights.hdf5`` + ``options.json``; ELMoForManyLangs models as their model
 directory (``config.json``, the architecture JSON, ``char.dic``,
 ``word.dic``, ``token_embedder.pkl``, ``encoder.pkl``), which the reference
@@ -14,13 +14,14 @@ from typing import List, Union
 
 from .bilm import BiLM
 from .bilm.formats import efml
+from .loading import load_bilm
 
 
 def is_pipeline(path: Union[str, Path]) -> bool:
     return Path(path).is_dir() and (Path(path) / "config.cfg").is_file()
 
 
-def load_bilm(source: Union[str, Path]) -> BiLM:
+def source_bilm(source: Union[str, Path]) -> BiLM:
     """The biLM of a saved spaCy pipeline (its first ``elmo`` component),
     or of a weights name, path or URL."""
     if is_pipeline(source):
@@ -31,7 +32,7 @@ def load_bilm(source: Union[str, Path]) -> BiLM:
             if component.__class__.__name__ == "Elmo":
                 return component.bilm
         raise ValueError(f"the spaCy pipeline {source} has no elmo component")
-    return BiLM.from_pretrained(str(source))
+    return load_bilm(str(source))
 
 
 def export_bilm(bilm: BiLM, target: Union[str, Path]) -> List[Path]:

@@ -1,6 +1,7 @@
 """efml:/nlpl: names through a local server laid out like the NLPL
 repository, NLPL bilm-tf zips (n_characters 261), and safe unpacking."""
 import json
+import shutil
 import stat
 import zipfile
 from pathlib import Path
@@ -10,9 +11,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from spacy_elmo import BiLM, hub, hub_families
+from spacy_elmo import BiLM, hub
+from spacy_elmo.hub import families as hub_families
 from spacy_elmo.bilm.options import BiLMOptions
-from spacy_elmo.hub_families import UnsafeArchiveError
+from spacy_elmo.hub.families import UnsafeArchiveError
 
 from conftest import FIXTURES, small_options
 from test_hub import Server
@@ -65,6 +67,10 @@ def nlpl_server(tmp_path, monkeypatch, cache):
     zip_dir(folder, root / "20" / "210.zip")
     (root / "11" / "150.zip").write_bytes(b"not a zip at all")
     zip_dir(EFML / "with_words", root / "11" / "151.zip", prefix="../escape/")
+    broken = tmp_path / "broken"  # an ELMoForManyLangs layout whose encoder.pkl is no state dict
+    shutil.copytree(EFML / "with_words", broken)
+    (broken / "encoder.pkl").write_bytes(b"not a pickle")
+    zip_dir(broken, root / "11" / "153.zip")
     srv = Server(root).start()
     monkeypatch.setenv(hub_families.NLPL_MIRROR_ENV, srv.url + "/bucket")
     yield srv
@@ -147,6 +153,21 @@ def test_bad_zips_give_one_error_and_cache_nothing(nlpl_server, cache, tmp_path,
     leftovers = [p.name for p in (cache / "nlpl" / "11").iterdir()] if (cache / "nlpl" / "11").exists() else []
     assert all(n.endswith(".lock") for n in leftovers) or not leftovers, leftovers
     assert not (tmp_path / "escape").exists() and not (cache / "nlpl" / "escape").exists()
+
+
+def test_the_format_check_is_handed_in_by_the_loader(nlpl_server, cache):
+    """The hub knows no weight format: with the loader's check a zip whose
+    model does not load is refused and nothing is cached; the hub alone
+    (no check) unpacks it."""
+    from spacy_elmo import loading
+
+    with pytest.raises(hub.DownloadError, match="does not hold a loadable ELMo model.*encoder.pkl"):
+        loading.resolve("nlpl:153", progress=False)
+    assert not (cache / "nlpl" / "11" / "153").exists()
+    with pytest.raises(hub.DownloadError, match="encoder.pkl"):
+        BiLM.from_pretrained("nlpl:153", progress=False)
+    folder, _ = hub.resolve("nlpl:153", progress=False)
+    assert folder == cache / "nlpl" / "11" / "153" and (folder / "encoder.pkl").read_bytes() == b"not a pickle"
 
 
 def test_local_zip_is_unpacked_into_the_cache_once(cache, tmp_path):

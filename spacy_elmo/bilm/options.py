@@ -25,22 +25,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from .chars import MAX_CHARS, N_CHARACTERS
+from .family import FAMILIES, FAMILY_BILM_TF, FAMILY_EFML, check_family_fields, write_family_fields  # noqa: F401
 
 ACTIVATIONS = ("relu", "tanh")
-
-#: Model families: bilm-tf/AllenNLP (byte characters, TensorFlow's LSTM with
-#: its +1 forget bias, a projection only where the CNN width differs) and
-#: ELMoForManyLangs (a character vocabulary, an optional word embedding
-#: concatenated before the projection, which is always there, PyTorch's LSTM
-#: with its biases as stored). One model (:class:`~spacy_elmo.BiLM`) runs both.
-FAMILY_BILM_TF = "bilm-tf"
-FAMILY_EFML = "elmoformanylangs"
-FAMILIES = (FAMILY_BILM_TF, FAMILY_EFML)
-#: Bounds of the ELMoForManyLangs vocabularies (rows of the embeddings).
-#: Published: about 10k characters and 70k-400k words.
-MAX_VOCAB_CHARS = 1 << 21
-MAX_VOCAB_WORDS = 1 << 24
-MAX_WORD_DIM = 4096
 
 #: Inclusive (min, max) of each integer field. Largest published value
 #: (the original and 5.5B models) in the comment; every bound is 8x or more.
@@ -152,10 +139,9 @@ class BiLMOptions:
     proj_clip: Optional[float] = 3.0
     use_skip_connections: bool = True
     extra: Dict[str, Any] = field(default_factory=dict)
-    #: :data:`FAMILY_BILM_TF` or :data:`FAMILY_EFML`; with the latter,
-    #: ``n_characters`` is the size of the character vocabulary.
+    #: The model family (:mod:`.family`; ELMoForManyLangs: ``n_characters`` is
+    #: the character vocabulary's size, and a word embedding may follow).
     family: str = FAMILY_BILM_TF
-    #: Width and rows of the word embedding (ELMoForManyLangs only; 0: none).
     word_embedding_dim: int = 0
     n_words: int = 0
 
@@ -184,23 +170,7 @@ class BiLMOptions:
                 problem(name, f"must be in [{low}, {high}], found {value}")
             else:
                 setattr(self, name, int(value))
-        if self.family not in FAMILIES:
-            problem("family", f"must be one of {FAMILIES}, found {self.family!r}")
-        elif self.family == FAMILY_BILM_TF:
-            if not _is_int(self.n_characters) or self.n_characters not in (261, 262):
-                problem("n_characters", f"must be 261 or 262, found {self.n_characters!r}")
-            if self.word_embedding_dim or self.n_words:
-                problem("word_embedding_dim", "must be 0: bilm-tf models have no word embedding")
-        else:
-            if not _is_int(self.n_characters) or not 6 <= self.n_characters <= MAX_VOCAB_CHARS:
-                problem("n_characters", f"must be a character vocabulary size in [6, {MAX_VOCAB_CHARS}], found {self.n_characters!r}")
-            if not _is_int(self.word_embedding_dim) or not 0 <= self.word_embedding_dim <= MAX_WORD_DIM:
-                problem("word_embedding_dim", f"must be in [0, {MAX_WORD_DIM}], found {self.word_embedding_dim!r}")
-            elif not _is_int(self.n_words) or not (
-                (self.word_embedding_dim == 0 and self.n_words == 0)
-                or (self.word_embedding_dim > 0 and 2 <= self.n_words <= MAX_VOCAB_WORDS)
-            ):
-                problem("n_words", f"must be in [2, {MAX_VOCAB_WORDS}] with a word embedding and 0 without, found {self.n_words!r}")
+        check_family_fields(self, problem, _is_int)
         if not isinstance(self.activation, str) or self.activation not in ACTIVATIONS:
             problem("activation", f"must be one of {ACTIVATIONS}, found {self.activation!r}")
         if not isinstance(self.use_skip_connections, bool):
@@ -272,8 +242,7 @@ class BiLMOptions:
 
     @property
     def has_projection(self) -> bool:
-        """bilm-tf projects the CNN output only when its width differs;
-        ELMoForManyLangs always projects."""
+        """bilm-tf projects only when the CNN width differs; ELMoForManyLangs always."""
         return self.family == FAMILY_EFML or self.n_filters != self.projection_dim
 
     @property
@@ -283,14 +252,12 @@ class BiLMOptions:
 
     @property
     def forget_bias(self) -> float:
-        """Added to the forget gate at run time: TensorFlow's 1.0 (bilm-tf),
-        none for PyTorch-trained ELMoForManyLangs models."""
+        """Added to the forget gate at run time: TensorFlow's 1.0 (bilm-tf), 0 (ELMoForManyLangs)."""
         return 1.0 if self.family == FAMILY_BILM_TF else 0.0
 
     @property
     def token_width(self) -> int:
-        """Ids per token in the model's input: the characters, plus the word
-        id when there is a word embedding."""
+        """Ids per token in the input: the characters (+ the word id, with a word embedding)."""
         return self.max_characters_per_token + (1 if self.word_embedding_dim else 0)
 
     @classmethod
@@ -315,7 +282,7 @@ class BiLMOptions:
             clip[name] = None if value is None else float(value)
         family = _get(data, "", "family", str, FAMILY_BILM_TF)
         words = _get(data, "", "word_embedding", dict, {}) if family == FAMILY_EFML else {}
-        options = cls(
+        return cls(
             family=family,
             word_embedding_dim=_get(words, "word_embedding.", "dim", int, 0),
             n_words=_get(words, "word_embedding.", "n_words", int, 0),
@@ -333,7 +300,6 @@ class BiLMOptions:
             use_skip_connections=_get(lstm, "lstm.", "use_skip_connections", bool, False),
             extra=extra,
         )
-        return options
 
     def to_dict(self) -> Dict[str, Any]:
         data = copy.deepcopy(self.extra)
@@ -344,12 +310,9 @@ class BiLMOptions:
             n_highway=self.n_highway,
             activation=self.activation,
             max_characters_per_token=self.max_characters_per_token,
-            n_characters=N_CHARACTERS if self.family == FAMILY_BILM_TF else self.n_characters,
+            n_characters=N_CHARACTERS,
         )
-        if self.family != FAMILY_BILM_TF:
-            data["family"] = self.family
-            if self.word_embedding_dim:
-                data["word_embedding"] = {"dim": self.word_embedding_dim, "n_words": self.n_words}
+        write_family_fields(self, data)
         lstm = data.setdefault("lstm", {})
         lstm.update(
             dim=self.lstm_dim,

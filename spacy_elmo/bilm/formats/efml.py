@@ -45,322 +45,38 @@ import json
 import logging
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, Tuple, Union
 
 import torch
 
 from ..chars import CharVocabulary
 from ..options import FAMILY_EFML, BiLMOptions, OptionsError
+from .efml_arch import (  # noqa: F401 (the format's names, in one place)
+    INFERRED_DEFAULTS,
+    REFERENCE_ARCHITECTURES,
+    architecture,
+    check_shapes,
+    expected_shapes,
+    find_architecture,
+    infer_architecture,
+    options_from_architecture,
+)
+from .efml_files import (  # noqa: F401
+    FILES,
+    MAX_DIC_BYTES,
+    MAX_JSON_BYTES,
+    MAX_PKL_BYTES,
+    EfmlFormatError,
+    is_model_dir,
+    load_state_dict,
+    read_dic,
+    read_json,
+    write_dic,
+)
 
 logger = logging.getLogger("spacy_elmo")
 
 PathLike = Union[str, Path]
-
-#: Largest ``.pkl`` file read (the published encoder.pkl is about 300 MB).
-MAX_PKL_BYTES = 4 << 30
-#: Largest ``.dic`` file read (published word.dic: a few MB).
-MAX_DIC_BYTES = 256 << 20
-#: Largest JSON file read (a config is about 1 KB).
-MAX_JSON_BYTES = 1 << 20
-
-FILES = ("config.json", "char.dic", "word.dic", "token_embedder.pkl", "encoder.pkl")
-
-_SAMPLE = {
-    "encoder": {"name": "elmo", "projection_dim": 512, "cell_clip": 3, "proj_clip": 3, "dim": 4096, "n_layers": 2},
-    "token_embedder": {
-        "name": "cnn",
-        "activation": "relu",
-        "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
-        "n_highway": 2,
-        "word_dim": 100,
-        "char_dim": 50,
-        "max_characters_per_token": 50,
-    },
-    "dropout": 0.1,
-}
-#: The architectures the reference package ships (``elmoformanylangs/configs``),
-#: by file name; both files hold the same values (word_dim 100, char_dim 50).
-REFERENCE_ARCHITECTURES: Dict[str, Dict[str, Any]] = {
-    "cnn_50_100_512_4096_sample.json": _SAMPLE,
-    "cnn_0_100_512_4096_sample.json": _SAMPLE,
-}
-#: Values the shapes do not show, taken when the architecture is inferred.
-INFERRED_DEFAULTS = {"cell_clip": 3, "proj_clip": 3, "activation": "relu", "max_characters_per_token": 50}
-
-
-class EfmlFormatError(ValueError):
-    """An ELMoForManyLangs model directory that is incomplete, malformed, or
-    does not match its architecture."""
-
-
-# ---------------------------------------------------------------- detection
-def is_model_dir(path: object) -> bool:
-    """Whether ``path`` is a directory in this layout (``config.json`` and
-    ``encoder.pkl``)."""
-    if not isinstance(path, (str, Path)):
-        return False
-    path = Path(path)
-    return path.is_dir() and (path / "config.json").is_file() and (path / "encoder.pkl").is_file()
-
-
-# ------------------------------------------------------------------ reading
-def _read_bounded(path: Path, limit: int, what: str) -> bytes:
-    if not path.is_file():
-        raise EfmlFormatError(
-            f"{path.parent}: no {path.name} ({what}); an ELMoForManyLangs model directory holds "
-            f"{', '.join(FILES)}"
-        )
-    size = path.stat().st_size
-    if size > limit:
-        raise EfmlFormatError(f"{path} is {size:,} bytes, more than the {limit:,} a {what} may have")
-    return path.read_bytes()
-
-
-def _read_json(path: Path) -> Dict[str, Any]:
-    raw = _read_bounded(path, MAX_JSON_BYTES, "JSON file")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-        raise EfmlFormatError(f"{path} is not UTF-8 JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise EfmlFormatError(f"{path} holds a JSON {type(data).__name__}, expected an object")
-    return data
-
-
-def read_dic(path: PathLike) -> Dict[str, int]:
-    """A ``.dic`` file as the reference reads it (see the module docstring)."""
-    path = Path(path)
-    raw = _read_bounded(path, MAX_DIC_BYTES, "vocabulary (.dic)")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise EfmlFormatError(f"{path} is not UTF-8 text: {err}") from None
-    table: Dict[str, int] = {}
-    for number, line in enumerate(text.split("\n"), start=1):
-        fields = line.strip().split("\t")
-        if fields == [""]:
-            continue
-        if len(fields) == 1:
-            fields.insert(0, "\u3000")
-        if len(fields) != 2:
-            raise EfmlFormatError(f"{path}, line {number}: expected 'token<TAB>id', found {len(fields)} tab-separated fields")
-        token, index = fields
-        try:
-            table[token] = int(index)
-        except ValueError:
-            raise EfmlFormatError(f"{path}, line {number}: the id {index!r} is not an integer") from None
-    if not table:
-        raise EfmlFormatError(f"{path} holds no entries")
-    return table
-
-
-def load_state_dict(path: PathLike) -> "OrderedDict[str, torch.Tensor]":
-    """A ``.pkl`` state dict, read with ``weights_only=True``; only a map of
-    names to finite floating-point tensors is accepted."""
-    path = Path(path)
-    if not path.is_file():
-        _read_bounded(path, MAX_PKL_BYTES, "state dict (.pkl)")  # raises: names the missing file
-    size = path.stat().st_size
-    if size > MAX_PKL_BYTES:
-        raise EfmlFormatError(f"{path} is {size:,} bytes, more than the {MAX_PKL_BYTES:,} a state dict may have")
-    try:
-        data = torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as err:  # UnpicklingError, RuntimeError, EOFError, ... from a bad or hostile file
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise EfmlFormatError(
-            f"{path} is not a PyTorch state dict of tensors ({type(err).__name__}: {first[:300]}). It was read "
-            "with torch.load(weights_only=True), which refuses pickles that build objects or run code; "
-            "nothing from it was executed. Re-download the model, or re-save its state dicts of tensors."
-        ) from None
-    if not isinstance(data, dict):
-        raise EfmlFormatError(f"{path} holds a {type(data).__name__}, expected a state dict (names -> tensors)")
-    out: "OrderedDict[str, torch.Tensor]" = OrderedDict()
-    for key, value in data.items():
-        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
-            raise EfmlFormatError(f"{path}: entry {key!r} is a {type(value).__name__}, expected a tensor")
-        if not value.is_floating_point():
-            raise EfmlFormatError(f"{path}: tensor {key!r} holds {value.dtype} values, expected floating point")
-        value = value.float()
-        if not torch.isfinite(value).all():
-            raise EfmlFormatError(f"{path}: tensor {key!r} holds NaN or infinite values")
-        out[key] = value
-    return out
-
-
-# ------------------------------------------------------------- architecture
-def find_architecture(folder: Path, config: Dict[str, Any]) -> Tuple[Optional[Dict[str, Any]], str]:
-    """The architecture JSON named by ``config.json`` and where it came from
-    (None, reason: not found; the caller infers it)."""
-    named = config.get("config_path")
-    if not isinstance(named, str) or not named.strip():
-        return None, "config.json names no config_path"
-    name = Path(named.replace("\\", "/")).name
-    candidates = []
-    relative = Path(named)
-    if not relative.is_absolute() and ".." not in relative.parts:
-        candidates.append(folder / relative)
-    candidates.append(folder / name)
-    for candidate in candidates:
-        if candidate.is_file():
-            return _read_json(candidate), str(candidate.name)
-    if name in REFERENCE_ARCHITECTURES:
-        logger.info("%s: %s is not in the model directory; using the reference package's %s", folder, named, name)
-        return json.loads(json.dumps(REFERENCE_ARCHITECTURES[name])), f"the reference package's {name}"
-    return None, f"{named} is neither in the model directory nor one of the reference package's configurations"
-
-
-def infer_architecture(token_embedder: Dict[str, torch.Tensor], encoder: Dict[str, torch.Tensor]) -> Dict[str, Any]:
-    """An architecture JSON that fits the state dicts' shapes (the values
-    shapes do not show: :data:`INFERRED_DEFAULTS`)."""
-
-    def shape(table, key, where):
-        if key not in table:
-            raise EfmlFormatError(f"cannot infer the architecture: {where} has no tensor {key!r}")
-        return tuple(table[key].shape)
-
-    filters = []
-    while f"convolutions.{len(filters)}.weight" in token_embedder:
-        num, _, width = shape(token_embedder, f"convolutions.{len(filters)}.weight", "token_embedder.pkl")
-        filters.append([width, num])
-    n_highway = 0
-    while f"highways._layers.{n_highway}.weight" in token_embedder:
-        n_highway += 1
-    char_rows, char_dim = shape(token_embedder, "char_emb_layer.embedding.weight", "token_embedder.pkl")
-    word_dim = (
-        shape(token_embedder, "word_emb_layer.embedding.weight", "token_embedder.pkl")[1]
-        if "word_emb_layer.embedding.weight" in token_embedder
-        else 0
-    )
-    projection_dim = shape(token_embedder, "projection.weight", "token_embedder.pkl")[0]
-    n_layers = 0
-    while f"forward_layer_{n_layers}.state_projection.weight" in encoder:
-        n_layers += 1
-    if not n_layers:
-        raise EfmlFormatError("cannot infer the architecture: encoder.pkl has no forward_layer_0")
-    cell = shape(encoder, "forward_layer_0.state_projection.weight", "encoder.pkl")[1]
-    return {
-        "encoder": {
-            "name": "elmo",
-            "projection_dim": projection_dim,
-            "cell_clip": INFERRED_DEFAULTS["cell_clip"],
-            "proj_clip": INFERRED_DEFAULTS["proj_clip"],
-            "dim": cell,
-            "n_layers": n_layers,
-        },
-        "token_embedder": {
-            "name": "cnn",
-            "activation": INFERRED_DEFAULTS["activation"],
-            "filters": filters,
-            "n_highway": n_highway,
-            "word_dim": word_dim,
-            "char_dim": char_dim,
-            "max_characters_per_token": INFERRED_DEFAULTS["max_characters_per_token"],
-        },
-    }
-
-
-def _number(block: Dict[str, Any], key: str, where: str, kind=int, default=...):
-    value = block.get(key, default)
-    if value is ...:
-        raise EfmlFormatError(f"{where}: missing field {key!r}")
-    if kind is int and isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, (int,) if kind is int else (int, float)):
-        raise EfmlFormatError(f"{where}: field {key!r} must be a number, found {value!r}")
-    return value
-
-
-def options_from_architecture(
-    arch: Dict[str, Any], where: str, n_characters: int, n_words: int
-) -> BiLMOptions:
-    """:class:`BiLMOptions` of an architecture JSON (its ``encoder`` and
-    ``token_embedder`` blocks) with the vocabulary sizes of the state dicts."""
-    encoder, embedder = arch.get("encoder"), arch.get("token_embedder")
-    if not isinstance(encoder, dict) or not isinstance(embedder, dict):
-        raise EfmlFormatError(f"{where}: expected 'encoder' and 'token_embedder' objects")
-    if str(encoder.get("name", "")).lower() != "elmo":
-        raise EfmlFormatError(f"{where}: encoder {encoder.get('name')!r} is not supported (only 'elmo', the published models')")
-    if str(embedder.get("name", "")).lower() != "cnn":
-        raise EfmlFormatError(f"{where}: token_embedder {embedder.get('name')!r} is not supported (only 'cnn', the published models')")
-    char_dim = _number(embedder, "char_dim", where)
-    if char_dim <= 0:
-        raise EfmlFormatError(f"{where}: char_dim {char_dim}: models without characters are not supported")
-    word_dim = _number(embedder, "word_dim", where, default=0)
-    clips = {}
-    for key in ("cell_clip", "proj_clip"):
-        value = _number(encoder, key, where, float, default=None) if encoder.get(key) is not None else None
-        clips[key] = None if not value else float(value)  # the reference: 0 or absent = no clipping
-    filters = embedder.get("filters")
-    if not isinstance(filters, list):
-        raise EfmlFormatError(f"{where}: token_embedder.filters must be a list of [width, count]")
-    try:
-        return BiLMOptions(
-            family=FAMILY_EFML,
-            char_embedding_dim=char_dim,
-            filters=[tuple(f) if isinstance(f, list) else f for f in filters],
-            n_highway=_number(embedder, "n_highway", where),
-            activation=embedder.get("activation", "relu"),
-            max_characters_per_token=_number(embedder, "max_characters_per_token", where),
-            n_characters=n_characters,
-            lstm_dim=_number(encoder, "dim", where),
-            projection_dim=_number(encoder, "projection_dim", where),
-            n_layers=_number(encoder, "n_layers", where),
-            cell_clip=clips["cell_clip"],
-            proj_clip=clips["proj_clip"],
-            use_skip_connections=True,
-            word_embedding_dim=word_dim,
-            n_words=n_words if word_dim else 0,
-        )
-    except OptionsError as err:
-        raise EfmlFormatError(f"{where}: {err}") from None
-
-
-def expected_shapes(options: BiLMOptions) -> Tuple[Dict[str, Tuple[int, ...]], Dict[str, Tuple[int, ...]]]:
-    """Every tensor of ``token_embedder.pkl`` and ``encoder.pkl`` with its shape."""
-    o = options
-    embedder: Dict[str, Tuple[int, ...]] = {}
-    if o.word_embedding_dim:
-        embedder["word_emb_layer.embedding.weight"] = (o.n_words, o.word_embedding_dim)
-    embedder["char_emb_layer.embedding.weight"] = (o.n_characters, o.char_embedding_dim)
-    for i, (width, num) in enumerate(o.filters):
-        embedder[f"convolutions.{i}.weight"] = (num, o.char_embedding_dim, width)
-        embedder[f"convolutions.{i}.bias"] = (num,)
-    F = o.n_filters
-    for k in range(o.n_highway):
-        embedder[f"highways._layers.{k}.weight"] = (2 * F, F)
-        embedder[f"highways._layers.{k}.bias"] = (2 * F,)
-    embedder["projection.weight"] = (o.projection_dim, o.word_embedding_dim + F)
-    embedder["projection.bias"] = (o.projection_dim,)
-    encoder: Dict[str, Tuple[int, ...]] = {}
-    C, P = o.lstm_dim, o.projection_dim
-    for layer in range(o.n_layers):
-        for direction in ("forward", "backward"):
-            prefix = f"{direction}_layer_{layer}"
-            encoder[f"{prefix}.input_linearity.weight"] = (4 * C, P)
-            encoder[f"{prefix}.state_linearity.weight"] = (4 * C, P)
-            encoder[f"{prefix}.state_linearity.bias"] = (4 * C,)
-            encoder[f"{prefix}.state_projection.weight"] = (P, C)
-    return embedder, encoder
-
-
-def check_shapes(options: BiLMOptions, token_embedder, encoder, where: Dict[str, str]) -> None:
-    """Raise :class:`EfmlFormatError` naming each missing, extra or
-    mis-shaped tensor."""
-    problems: List[str] = []
-    for (name, table), expected in zip((("token_embedder", token_embedder), ("encoder", encoder)), expected_shapes(options)):
-        for key, shape in expected.items():
-            if key not in table:
-                problems.append(f"{where[name]}: missing tensor {key!r} (expected shape {shape})")
-            elif tuple(table[key].shape) != shape:
-                problems.append(f"{where[name]}: tensor {key!r} has shape {tuple(table[key].shape)}, expected {shape}")
-        for key in table:
-            if key not in expected:
-                problems.append(f"{where[name]}: unexpected tensor {key!r} (shape {tuple(table[key].shape)})")
-    if problems:
-        raise EfmlFormatError(
-            "the weights do not match the architecture: " + "; ".join(problems[:8])
-            + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
-        )
 
 
 # ------------------------------------------------------------------ loading
@@ -370,7 +86,7 @@ def load(path: PathLike, **kwargs) -> "BiLM":  # noqa: F821
     folder = Path(path)
     if not folder.is_dir():
         raise EfmlFormatError(f"{folder} is not a directory (an ELMoForManyLangs model is a directory of {', '.join(FILES)})")
-    config = _read_json(folder / "config.json")
+    config = read_json(folder / "config.json")
     token_embedder = load_state_dict(folder / "token_embedder.pkl")
     encoder = load_state_dict(folder / "encoder.pkl")
     arch, source = find_architecture(folder, config)
@@ -467,35 +183,6 @@ def state_dicts(model) -> Tuple["OrderedDict[str, torch.Tensor]", "OrderedDict[s
             en[f"{prefix}.state_linearity.bias"] = c(layer.bias[d])
             en[f"{prefix}.state_projection.weight"] = c(layer.weight_proj[d])
     return te, en
-
-
-def architecture(options: BiLMOptions) -> Dict[str, Any]:
-    """The architecture JSON of ``options`` (the loaded one's other fields kept)."""
-    kept = options.extra.get(FAMILY_EFML, {}).get("architecture", {}) if isinstance(options.extra, dict) else {}
-    arch = json.loads(json.dumps(kept)) if isinstance(kept, dict) else {}
-    encoder = arch.setdefault("encoder", {})
-    encoder.update(
-        name="elmo", projection_dim=options.projection_dim, dim=options.lstm_dim, n_layers=options.n_layers,
-        cell_clip=_clip(options.cell_clip), proj_clip=_clip(options.proj_clip),
-    )
-    embedder = arch.setdefault("token_embedder", {})
-    embedder.update(
-        name="cnn", activation=options.activation, filters=[list(f) for f in options.filters],
-        n_highway=options.n_highway, word_dim=options.word_embedding_dim, char_dim=options.char_embedding_dim,
-        max_characters_per_token=options.max_characters_per_token,
-    )
-    return arch
-
-
-def _clip(value: Optional[float]):
-    if value is None:
-        return 0
-    return int(value) if float(value).is_integer() else value
-
-
-def write_dic(table: Dict[str, int], path: Path) -> None:
-    lines = [f"{token}\t{index}\n" for token, index in sorted(table.items(), key=lambda item: item[1])]
-    path.write_text("".join(lines), encoding="utf-8")
 
 
 ARCHITECTURE_FILE = "architecture.json"

@@ -15,7 +15,7 @@
 
 Choices:
 
-* Zips go through the cache like every download (:mod:`spacy_elmo.hub`: a
+* Zips go through the cache like every download (:mod:`.transport`: a
   lock, a temporary file, a length check, nothing left behind on failure)
   and are unpacked into ``<cache>/nlpl/<version>/<id>/`` (names),
   ``<cache>/urls/<hash>/<name>/`` (URLs) or ``<cache>/zips/<hash of the
@@ -26,8 +26,13 @@ Choices:
   and :data:`MAX_UNPACKED_BYTES` bytes in all (counted while writing, not
   taken from the zip's headers), no absolute names, no ``..``, no links;
   only regular files are written. Everything is unpacked into a temporary
-  directory beside the destination, the model in it is loaded and checked,
-  and only then is the directory moved into place.
+  directory beside the destination, the model in it is handed to the
+  caller's ``check`` (the hub knows no weight format: :mod:`spacy_elmo.loading`
+  hands in one that loads either family), and only then is the directory
+  moved into place.
+* An ELMoForManyLangs directory is told by its file names alone
+  (:data:`EFML_MARKERS`), as the format module
+  (:func:`spacy_elmo.bilm.formats.efml.is_model_dir`) tells it.
 * ``SPACY_ELMO_NLPL_MIRROR`` (a URL, or a local directory, laid out like
   ``http://vectors.nlpl.eu/repository``: ``<base>/<version>/<id>.zip``)
   replaces the NLPL base URL, as ``SPACY_ELMO_MIRROR`` does for AllenNLP's.
@@ -41,7 +46,8 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Optional, Tuple
 
-from . import hub
+from .names import CACHE_ENV, ModelNotFoundError, cache_dir, env_base_url, url_cache_path
+from .transport import Check, DownloadError, _cleanup, _download, _Failure, _locked, _make_dirs
 
 #: ELMoForManyLangs languages in the order of their NLPL ids (136 onwards).
 EFML_LANGUAGES = (
@@ -61,6 +67,8 @@ MAX_MEMBERS = 64
 MAX_UNPACKED_BYTES = 8 << 30
 #: Largest zip downloaded.
 MAX_ZIP_BYTES = 8 << 30
+#: The files that make a directory an ELMoForManyLangs model.
+EFML_MARKERS = ("config.json", "encoder.pkl")
 
 
 class UnsafeArchiveError(ValueError):
@@ -71,19 +79,15 @@ def efml_id(lang: str) -> int:
     """The NLPL id of the ELMoForManyLangs model of ``lang``."""
     key = lang.strip().lower()
     if key not in EFML_LANGUAGES:
-        raise hub.ModelNotFoundError(
+        raise ModelNotFoundError(
             f"no ELMoForManyLangs model for {lang!r}; languages: {', '.join(EFML_LANGUAGES)}"
         )
     return EFML_FIRST_ID + EFML_LANGUAGES.index(key)
 
 
 def nlpl_base_url() -> str:
-    mirror = os.environ.get(NLPL_MIRROR_ENV, "").strip()
-    if not mirror:
-        return NLPL_BASE_URL
-    if not hub.is_url(mirror):
-        mirror = Path(mirror).expanduser().resolve().as_uri()
-    return mirror.rstrip("/")
+    """``SPACY_ELMO_NLPL_MIRROR`` if set, else :data:`NLPL_BASE_URL`."""
+    return env_base_url(NLPL_MIRROR_ENV, NLPL_BASE_URL)
 
 
 def parse_name(value: str) -> Optional[Tuple[str, int]]:
@@ -98,7 +102,7 @@ def parse_name(value: str) -> Optional[Tuple[str, int]]:
     if scheme == "nlpl":
         version, _, ident = rest.rpartition("/")
         if not ident.isdigit() or (version and not version.isdigit()):
-            raise hub.ModelNotFoundError(f"{value!r}: write nlpl:<id> or nlpl:<version>/<id>, e.g. nlpl:136 or nlpl:20/210")
+            raise ModelNotFoundError(f"{value!r}: write nlpl:<id> or nlpl:<version>/<id>, e.g. nlpl:136 or nlpl:20/210")
         number = int(ident)
         return version or ("11" if number <= NLPL_V11_LAST_ID else "20"), number
     return None
@@ -109,67 +113,68 @@ def name_url(version: str, number: int) -> str:
 
 
 # -------------------------------------------------------------- resolving
-def resolve_name(value: str, *, progress: bool = True) -> Tuple[Path, Path]:
+def resolve_name(value: str, *, check: Optional[Check] = None, progress: bool = True) -> Tuple[Path, Path]:
     """The model files of an ``efml:``/``nlpl:`` name, downloaded and
     unpacked into the cache once."""
     parsed = parse_name(value)
     assert parsed is not None
     version, number = parsed
-    dest = hub.cache_dir() / "nlpl" / version / str(number)
+    dest = cache_dir() / "nlpl" / version / str(number)
     url = name_url(version, number)
     offline = (
         f"To use {value!r} offline, download {NLPL_BASE_URL}/{version}/{number}.zip where you are online and "
-        f"unzip it into {dest} (the cache; set {hub.CACHE_ENV} to move it), or give the zip or its directory "
+        f"unzip it into {dest} (the cache; set {CACHE_ENV} to move it), or give the zip or its directory "
         f"as the weights, or set {NLPL_MIRROR_ENV} to a base URL or directory laid out like {NLPL_BASE_URL} "
         f"(<base>/{version}/{number}.zip)."
     )
-    return fetch_zip(url, dest, progress=progress, offline=offline)
+    return fetch_zip(url, dest, check=check, progress=progress, offline=offline)
 
 
-def resolve_zip_url(url: str, *, progress: bool = True) -> Tuple[Path, Path]:
-    cached = hub.url_cache_path(url)
+def resolve_zip_url(url: str, *, check: Optional[Check] = None, progress: bool = True) -> Tuple[Path, Path]:
+    cached = url_cache_path(url)
     dest = cached.with_name(cached.name[: -len(".zip")] if cached.name.lower().endswith(".zip") else cached.name + ".d")
     offline = f"To work offline, download {url} where you are online and give the zip (or the directory it unpacks to) as the weights."
-    return fetch_zip(url, dest, progress=progress, offline=offline)
+    return fetch_zip(url, dest, check=check, progress=progress, offline=offline)
 
 
-def resolve_local_zip(path: Path) -> Tuple[Path, Path]:
+def resolve_local_zip(path: Path, *, check: Optional[Check] = None) -> Tuple[Path, Path]:
     """A local zip: unpacked once into ``<cache>/zips/<hash of its content>/``."""
     digest = hashlib.sha256()
     with open(path, "rb") as fin:
         for chunk in iter(lambda: fin.read(1 << 20), b""):
             digest.update(chunk)
-    dest = hub.cache_dir() / "zips" / digest.hexdigest()[:16]
+    dest = cache_dir() / "zips" / digest.hexdigest()[:16]
     if dest.is_dir():
         return model_files(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with hub._locked(dest.parent / f".{dest.name}.lock", progress=False):
+    with _locked(dest.parent / f".{dest.name}.lock", progress=False):
         if not dest.is_dir():
-            _unpack_checked(path, dest)
+            _unpack_checked(path, dest, check)
     return model_files(dest)
 
 
-def fetch_zip(url: str, dest: Path, *, progress: bool, offline: str) -> Tuple[Path, Path]:
-    """``url`` (a zip) unpacked into ``dest`` unless it is there already."""
+def fetch_zip(url: str, dest: Path, *, check: Optional[Check], progress: bool, offline: str) -> Tuple[Path, Path]:
+    """``url`` (a zip) unpacked into ``dest`` unless it is there already; the
+    model in it handed to ``check`` first (None: no format check)."""
     if dest.is_dir():
         return model_files(dest)
-    created = hub._make_dirs([dest.parent])
+    created = _make_dirs([dest.parent])
     temp: Optional[Path] = None
     try:
-        with hub._locked(dest.parent / f".{dest.name}.lock", progress=progress):
+        with _locked(dest.parent / f".{dest.name}.lock", progress=progress):
             if not dest.is_dir():  # again: another process may have finished
-                temp = hub._download(url, dest.parent / (dest.name + ".zip"), progress=progress, max_bytes=MAX_ZIP_BYTES)
+                temp = _download(url, dest.parent / (dest.name + ".zip"), progress=progress, max_bytes=MAX_ZIP_BYTES)
                 try:
-                    _unpack_checked(temp, dest)
+                    _unpack_checked(temp, dest, check)
                 except (ValueError, OSError) as err:
-                    raise hub._Failure(f"the zip does not hold a loadable ELMo model: {err}", url) from None
-    except hub._Failure as err:
+                    raise _Failure(f"the zip does not hold a loadable ELMo model: {err}", url) from None
+    except _Failure as err:
         _discard(temp)
-        hub._cleanup([], created)
-        raise hub.DownloadError(f"could not get {err.url or url}: {err}. Nothing was cached. {offline}") from None
+        _cleanup([], created)
+        raise DownloadError(f"could not get {err.url or url}: {err}. Nothing was cached. {offline}") from None
     except BaseException:
         _discard(temp)
-        hub._cleanup([], created)
+        _cleanup([], created)
         raise
     _discard(temp)
     return model_files(dest)
@@ -180,14 +185,15 @@ def _discard(path: Optional[Path]) -> None:
         path.unlink(missing_ok=True)
 
 
-def _unpack_checked(archive: Path, dest: Path) -> None:
-    """Unpack into a temporary directory beside ``dest``, check the model
-    there, then move it into place."""
+def _unpack_checked(archive: Path, dest: Path, check: Optional[Check]) -> None:
+    """Unpack into a temporary directory beside ``dest``, hand the model
+    there to ``check``, then move it into place."""
     staging = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part"))
     try:
         safe_unpack(archive, staging)
         weights, options = model_files(staging)
-        check_model(weights, options)
+        if check is not None:
+            check(weights, options)
         os.replace(staging, dest)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -236,9 +242,7 @@ def directory_files(folder: Path) -> Optional[Tuple[Path, Path]]:
     """``(model directory, its config.json)`` of an ELMoForManyLangs model,
     or ``(model.hdf5, options.json)`` of an NLPL bilm-tf one, at the top of
     ``folder``; None otherwise."""
-    from .bilm.formats import efml
-
-    if efml.is_model_dir(folder):
+    if is_efml_dir(folder):
         return folder, folder / "config.json"
     if (folder / "model.hdf5").is_file() and (folder / "options.json").is_file():
         return folder / "model.hdf5", folder / "options.json"
@@ -256,21 +260,19 @@ def model_files(folder: Path) -> Tuple[Path, Path]:
         if found is not None:
             return found
     names = sorted(p.name for p in folder.iterdir())[:12]
-    raise hub.ModelNotFoundError(
+    raise ModelNotFoundError(
         f"{folder} holds no ELMo model ({', '.join(names) or 'nothing'}): expected an ELMoForManyLangs "
         "directory (config.json, char.dic, word.dic, token_embedder.pkl, encoder.pkl) or bilm-tf weights "
         "(model.hdf5 + options.json, or weights.hdf5 + options.json)"
     )
 
 
-def check_model(weights: Path, options: Path) -> None:
-    """Raise unless the files load as a biLM."""
-    from .bilm.formats import efml
-
-    if efml.is_model_dir(weights):
-        efml.load(weights, token_cache_size=0)
-    else:
-        hub.check_files(weights, options)
+def is_efml_dir(path: object) -> bool:
+    """Whether ``path`` is a directory holding :data:`EFML_MARKERS`."""
+    if not isinstance(path, (str, Path)):
+        return False
+    path = Path(path)
+    return path.is_dir() and all((path / name).is_file() for name in EFML_MARKERS)
 
 
 def is_zip_path(value: object) -> bool:
