@@ -51,7 +51,7 @@ def embed(
 
 @app.command()
 def download(
-    name: str = typer.Argument(..., help="small, medium, original or original-5.5b (AllenNLP's published English ELMo), or a weights URL"),
+    name: str = typer.Argument(..., help="small, medium, original or original-5.5b (AllenNLP's published English ELMo), efml:<lang> (ELMoForManyLangs, e.g. efml:de), nlpl:<id> (the NLPL repository), or a weights or zip URL"),
     options: Optional[str] = typer.Option(None, help="Options URL or path, for a weights URL whose options URL is not its _weights.hdf5 -> _options.json"),
     progress: bool = typer.Option(True, help="Show a progress bar"),
 ) -> None:
@@ -205,8 +205,8 @@ def plot(
 
 @app.command()
 def export(
-    output: Path = typer.Argument(..., help="A pretraining output directory"),
-    target: Path = typer.Argument(..., help="Write weights.hdf5, options.json and vocab.txt here"),
+    output: Path = typer.Argument(..., help="A pretraining output directory; or a saved spaCy pipeline, or a model name/path/URL, whose biLM is written back in its own layout"),
+    target: Path = typer.Argument(..., help="Write weights.hdf5, options.json and vocab.txt here (an ELMoForManyLangs biLM: its model directory)"),
     checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint file (default: OUTPUT/checkpoints/last.pt)"),
     nlp: Optional[Path] = typer.Option(None, "--nlp", help="Also write a spaCy pipeline (blank LANG + an elmo component) here, for spacy.load"),
     lang: Optional[str] = typer.Option(None, help="Language of the --nlp pipeline (default: the --lang the biLM was trained with)"),
@@ -216,6 +216,17 @@ def export(
     from .pretrain import export as run_export
     from .pretrain import export_pipeline
 
+    if checkpoint is None and nlp is None and not (Path(output) / "checkpoints").is_dir():
+        from .loading import DownloadError
+        from .model_export import export_bilm, source_bilm
+
+        try:
+            written = export_bilm(source_bilm(str(output)), target)
+        except (ValueError, DownloadError) as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(2)
+        typer.echo(f"wrote {', '.join(p.name for p in written)} to {target}")
+        return
     try:
         path = run_export(output, target, checkpoint)
         typer.echo(f"wrote {path}/weights.hdf5, options.json, vocab.txt")

@@ -3,8 +3,12 @@ to a loaded :class:`~spacy_elmo.bilm.BiLM`.
 
 The hub (:mod:`spacy_elmo.hub`) turns a name, path or URL into local files
 and knows no weight format; this module hands it the published format's
-check (:func:`spacy_elmo.bilm.weights.read_checked`). A fresh download is read
-and checked once: the arrays the check read are the ones the model gets.
+check (:func:`spacy_elmo.bilm.weights.read_checked`; for an ELMoForManyLangs
+model directory, :func:`spacy_elmo.bilm.formats.efml.load`). A fresh
+download of the published format is read and checked once: the arrays the
+check read are the ones the model gets. An ELMoForManyLangs download (a zip)
+is loaded once by the check and once more for the model, with the caller's
+settings.
 ``BiLM.from_pretrained``, the ``elmo`` component's weights (factory config,
 ``[initialize]``, first use, :func:`spacy_elmo.add_elmo`) and the command
 line all come through :func:`load_bilm`.
@@ -16,6 +20,7 @@ import numpy
 
 from . import hub
 from .bilm import BiLM
+from .bilm.formats import efml
 from .bilm.options import BiLMOptions
 from .bilm.weights import WeightFileError, read_checked
 from .hub import DownloadError, ModelNotFoundError  # noqa: F401 (the errors of this module's functions)
@@ -32,7 +37,10 @@ class _Check:
         self.read: Optional[Checked] = None
 
     def __call__(self, weights: Path, options: Path) -> None:
-        self.read = read_checked(weights, options)
+        if efml.is_model_dir(weights):
+            efml.load(weights, token_cache_size=0)
+        else:
+            self.read = read_checked(weights, options)
 
 
 def resolve(
@@ -51,8 +59,8 @@ def download(name: str, *, progress: bool = True) -> Tuple[Path, Path]:
 def check_files(weights: PathLike, options: PathLike) -> None:
     """Raise unless ``weights`` loads as the published weight format against
     ``options`` (every dataset present, of the right shape, finite), without
-    building a biLM."""
-    read_checked(weights, options)
+    building a biLM; or, an ELMoForManyLangs model directory, as that."""
+    _Check()(Path(weights), Path(options))
 
 
 def load_bilm(
@@ -64,12 +72,15 @@ def load_bilm(
 ) -> BiLM:
     """A biLM by name, path or URL: ``None``/``"english"`` (shipped with the
     package), ``"small"``, ``"medium"``, ``"original"``, ``"original-5.5b"``
-    (AllenNLP's published English ELMo, downloaded once into the cache), a
-    directory or weights file, or an http(s) URL (see :mod:`spacy_elmo.hub`).
+    (AllenNLP's published English ELMo, downloaded once into the cache),
+    ``"efml:<lang>"``, ``"nlpl:<id>"`` (the other families), a directory,
+    weights file or zip, or an http(s) URL (see :mod:`spacy_elmo.hub`).
     ``kwargs`` go to :class:`~spacy_elmo.bilm.BiLM`."""
     _check_local_weights_file(weights)
     check = _Check()
     weights_path, options_path = hub.resolve(weights, options, check=check, progress=progress)
+    if efml.is_model_dir(weights_path):
+        return efml.load(weights_path, **kwargs)
     read = check.read if check.read is not None else read_checked(weights_path, options_path)
     return BiLM.from_datasets(*read, **kwargs)
 

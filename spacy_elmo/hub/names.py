@@ -15,6 +15,10 @@
   directory holding ``weights.hdf5`` + ``options.json`` (what ``python -m
   spacy_elmo export`` writes) or one ``*weights.hdf5`` with its
   ``*options.json``.
+- The other published families (:mod:`.families`): ``efml:<lang>`` and
+  ``nlpl:<id>`` names, zips (local or URLs), and directories of
+  ELMoForManyLangs models or NLPL's ``model.hdf5``. For an ELMoForManyLangs
+  model the pair is ``(model directory, its config.json)``.
 
 Choices:
 
@@ -87,9 +91,15 @@ def cache_dir() -> Path:
 def base_url() -> str:
     """``SPACY_ELMO_MIRROR`` (a URL, or a local directory, laid out like the
     published bucket) if set, else :data:`PUBLISHED_BASE_URL`."""
-    mirror = os.environ.get(MIRROR_ENV, "").strip()
+    return env_base_url(MIRROR_ENV, PUBLISHED_BASE_URL)
+
+
+def env_base_url(env: str, default: str) -> str:
+    """The base URL in the environment variable ``env`` (a URL, or a local
+    directory as a ``file://`` URL), else ``default``."""
+    mirror = os.environ.get(env, "").strip()
     if not mirror:
-        return PUBLISHED_BASE_URL
+        return default
     if not is_url(mirror):
         mirror = Path(mirror).expanduser().resolve().as_uri()
     return mirror.rstrip("/")
@@ -162,6 +172,14 @@ def resolve(
         if options is not None:
             raise ValueError("options were given without weights")
         return shipped_model()
+    from . import families
+
+    if isinstance(weights, str) and families.parse_name(weights) is not None:
+        if options is not None:
+            raise ValueError(f"the model name {weights!r} comes with its options; leave options out")
+        return families.resolve_name(weights, check=check, progress=progress)
+    if isinstance(weights, str) and is_url(weights) and families.is_zip_path(urllib.parse.urlsplit(weights).path):
+        return families.resolve_zip_url(weights, check=check, progress=progress)
     if isinstance(weights, str) and is_url(weights):
         if options is None:
             options = _sibling_options_url(weights)
@@ -177,6 +195,8 @@ def resolve(
         if options is not None:
             raise ValueError(f"{path} is a directory: leave options out, or give the weights file")
         return _directory_files(path)
+    if path.is_file() and families.is_zip_path(path) and options is None:
+        return families.resolve_local_zip(path, check=check)
     if path.is_file():
         if options is None:
             return path, _sibling_options(path)
@@ -251,6 +271,11 @@ def _sibling_options(weights: Path) -> Path:
 
 
 def _directory_files(folder: Path) -> Tuple[Path, Path]:
+    from .families import directory_files
+
+    other = directory_files(folder)  # ELMoForManyLangs, or NLPL's model.hdf5
+    if other is not None:
+        return other
     if (folder / "weights.hdf5").is_file():
         return folder / "weights.hdf5", _sibling_options(folder / "weights.hdf5")
     found = sorted(folder.glob("*weights.hdf5"))

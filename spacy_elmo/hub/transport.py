@@ -94,8 +94,9 @@ class _Failure(Exception):
         self.url = url
 
 
-def _download(url: str, dest: Path, *, progress: bool) -> Path:
-    """Stream ``url`` into a new temporary file beside ``dest``; check its length."""
+def _download(url: str, dest: Path, *, progress: bool, max_bytes: Optional[int] = None) -> Path:
+    """Stream ``url`` into a new temporary file beside ``dest``; check its
+    length (and stop past ``max_bytes``, where given)."""
     from tqdm import tqdm
 
     fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
@@ -117,6 +118,8 @@ def _download(url: str, dest: Path, *, progress: bool) -> Path:
                             break
                         out.write(chunk)
                         received += len(chunk)
+                        if max_bytes is not None and received > max_bytes:
+                            raise _Failure(f"the download is larger than {max_bytes:,} bytes; refused", url)
                         bar.update(len(chunk))
         if expected is not None and received != expected:
             raise _Failure(f"received {received} of {expected} bytes (the download was cut short)", url)
