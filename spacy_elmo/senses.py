@@ -148,15 +148,29 @@ def load_senses(path: Union[str, Path, None] = None) -> List[Dict]:
     (a list, or a whitespace-tokenised string) and ``index`` (the target
     token). Checks that every index points at the word (ignoring case)."""
     path = Path(path) if path is not None else DATA
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}): give JSON lines in UTF-8") from None
     items = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        item = json.loads(line)
+        try:
+            item = json.loads(line)
+        except ValueError:
+            item = None
+        if not isinstance(item, dict):
+            raise ValueError(f"{path}:{number}: not a JSON object (one item a line)")
+        missing = [key for key in ("word", "sense", "tokens", "index") if key not in item]
+        if missing:
+            raise ValueError(f"{path}:{number}: the item lacks {', '.join(missing)}: each line needs word, sense, tokens and index")
+        if not isinstance(item["tokens"], (str, list)):
+            raise ValueError(f"{path}:{number}: tokens must be a list of strings or a whitespace-tokenised string")
         tokens = item["tokens"].split() if isinstance(item["tokens"], str) else list(item["tokens"])
-        index = int(item["index"])
-        if not 0 <= index < len(tokens) or tokens[index].lower() != item["word"].lower():
-            raise ValueError(f"{path}:{number}: index {index} does not point at {item['word']!r} in {tokens}")
+        index = item["index"]
+        if not isinstance(index, int) or not 0 <= index < len(tokens) or str(tokens[index]).lower() != str(item["word"]).lower():
+            raise ValueError(f"{path}:{number}: index {index!r} does not point at {item['word']!r} in {tokens}")
         items.append({"word": item["word"], "sense": item["sense"], "tokens": tokens, "index": index})
     return items
 
@@ -273,45 +287,7 @@ def load_bilm(weights=None, options=None):
     ).eval()
 
 
-# ------------------------------------------------------------ commands
+# ------------------------------------------------------------ display
 def mark(tokens: Sequence[str], position: int) -> str:
     """The sentence with the use at ``position`` in brackets."""
     return " ".join(f"[{t}]" if i == position else t for i, t in enumerate(tokens))
-
-
-def make_tokenizer(lang: str):
-    """``text -> list of token texts`` by ``spacy.blank(lang)``'s tokenizer."""
-    import spacy
-
-    tokenizer = spacy.blank(lang).tokenizer
-    return lambda text: [t.text for t in tokenizer(text)]
-
-
-def neighbours_command(query: str, word: str, corpus: Path, k: int, layer: str, weights, options, lang: str, batch_size: int, echo) -> None:
-    """``python -m spacy_elmo neighbours``: tokenise the query and the corpus
-    lines that contain the word with ``spacy.blank(lang)``, then print the
-    :func:`nearest_uses`."""
-    which = parse_layer(layer)
-    tokenize = make_tokenizer(lang)
-    query_tokens = tokenize(query)
-    positions = uses(query_tokens, word)
-    if not positions:
-        raise ValueError(f"{word!r} is not a token of the query {query_tokens}")
-    needle = word.lower()
-    sentences = []
-    with open(corpus, encoding="utf-8") as fin:
-        for line in fin:
-            if needle in line.lower():  # cheap filter before tokenising
-                tokens = tokenize(line.strip())
-                if uses(tokens, word):
-                    sentences.append(tokens)
-    bilm = load_bilm(weights, options)
-    if isinstance(which, int) and not 0 <= which < bilm.num_layers:
-        raise ValueError(f"--layer must be 'mix' or in 0..{bilm.num_layers - 1}, found {which}")
-    found = nearest_uses(bilm, query_tokens, positions[0], sentences, which, k, batch_size)
-    name = "mean of the layers" if which == "mix" else f"layer {which}"
-    echo(f"query: {mark(query_tokens, positions[0])}   ({name}; {len(sentences)} corpus sentences use {word!r})")
-    for rank, n in enumerate(found, 1):
-        echo(f"{rank:>3}  {n.score:.3f}  {mark(n.tokens, n.position)}")
-    if not found:
-        echo(f"no corpus sentence uses {word!r}")
