@@ -164,11 +164,10 @@ def test_load_bilm_takes_what_embed_takes(monkeypatch, parity_paths, tmp_path):
 
 
 def test_cli(tmp_path, parity_paths, monkeypatch):
-    # Whitespace tokens here: spacy.blank loads every installed spaCy plugin, slow in a test.
-    monkeypatch.setattr("spacy_elmo.senses.make_tokenizer", lambda lang: str.split)
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("She opened an account at the bank .\nNo use here .\nWe sat on the bank of the river .\n", encoding="utf-8")
-    weights = ["--weights", str(parity_paths[0]), "--options", str(parity_paths[1])]
+    # Whitespace tokens here: spacy.blank loads every installed spaCy plugin, slow in a test.
+    weights = ["--model", str(parity_paths[0]), "--options", str(parity_paths[1]), "--whitespace"]
     runner = CliRunner()
     result = runner.invoke(app, ["neighbours", "We sat on the bank of the river .", "--word", "bank", "--corpus", str(corpus), "--layer", "1"] + weights)
     assert result.exit_code == 0, result.output
@@ -179,8 +178,8 @@ def test_cli(tmp_path, parity_paths, monkeypatch):
     assert result.exit_code == 2
     data = tmp_path / "senses.jsonl"
     data.write_text("".join(json.dumps(it) + "\n" for it in STUB_DATA), encoding="utf-8")
-    result = runner.invoke(app, ["senses", "--data", str(data)] + weights)
+    result = runner.invoke(app, ["senses", "--data", str(data)] + weights[:4])
     assert result.exit_code == 0, result.output
-    baseline = runner.invoke(app, ["senses", "--data", str(data), "--random-weights"] + weights)
+    baseline = runner.invoke(app, ["senses", "--data", str(data), "--random-weights"] + weights[:4])
     assert baseline.exit_code == 0 and baseline.output != result.output, baseline.output
     assert "50.0%" in result.output.splitlines()[1] and " 24 " in result.output and "mean" in result.output
