@@ -1,11 +1,21 @@
 """``pretrain``, ``export``, ``plot`` and ``perplexity`` (see docs/pretraining.md)."""
 import os
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Annotated, Any, List, Optional
 
 import typer
 
-from ._app import BatchSize, InputError, Lang, Model, Progress, command, show_progress, warn
+from ._app import BatchSize, InputError, Lang, Progress, command, show_progress, warn
+
+#: ``--model`` as everywhere, but only the models that ship their softmax.
+LanguageModel = Annotated[
+    Optional[str],
+    typer.Option(
+        "--model", "-m", metavar="MODEL", show_default=False,
+        help="english (the model shipped with the package, the default) or a directory with vocab.txt and "
+        "softmax.hdf5 beside the weights (pretrain's export/); AllenNLP's published models ship no softmax",
+    ),
+]
 
 
 def _setting(name: str, *flags: str, argument: bool = False, **extra: Any) -> Any:
@@ -151,7 +161,7 @@ def export(
 @command()
 def perplexity(
     texts: List[Path] = typer.Argument(..., help="Held-out text: files (one sentence or paragraph a line) or directories, read as `pretrain` reads them"),
-    model: Model = None,
+    model: LanguageModel = None,
     lang: Lang = "en",
     max_tokens: int = typer.Option(64, min=1, help="Window length in tokens, as in pretraining (the shipped model: 64)"),
     batch_size: BatchSize = 128,
