@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
-from spacy_elmo.senses import DATA, load_bilm, load_senses, nearest_centroid, nearest_uses, one_nn, sense_eval
+from spacy_elmo.senses import DATA, load_senses, nearest_centroid, nearest_uses, one_nn, sense_eval
+from spacy_elmo.cli.inputs import load_model
 
 
 @pytest.fixture(scope="module")
@@ -147,8 +148,11 @@ def test_nearest_centroid_leaves_the_item_out_of_its_centroid():
     assert nearest_centroid(numpy.ones((4, 3)), ["a", "a", "b", "b"]) == ([0.5] * 4, [True] * 4)
 
 
-def test_load_bilm_takes_what_embed_takes(monkeypatch, parity_paths, tmp_path):
+def test_cli_model_loader_takes_what_embed_takes(monkeypatch, parity_paths, tmp_path):
     from spacy_elmo import hub
+
+    def load_bilm(weights=None, options=None):
+        return load_model(None if weights is None else str(weights), None if options is None else str(options), progress=False)
 
     assert isinstance(load_bilm(parity_paths[0]), BiLM)  # options.json beside the weights
     assert isinstance(load_bilm(parity_paths[0].parent), BiLM)  # a model directory
@@ -157,9 +161,9 @@ def test_load_bilm_takes_what_embed_takes(monkeypatch, parity_paths, tmp_path):
     shipped.mkdir()
     for path, name in zip(parity_paths, ("weights.hdf5", "options.json")):
         (shipped / name).write_bytes(path.read_bytes())
-    monkeypatch.setattr(hub, "SHIPPED_MODEL_DIR", shipped)
+    monkeypatch.setattr(hub.names, "SHIPPED_MODEL_DIR", shipped)
     assert load_bilm().options.to_dict() == BiLM.from_hdf5(*parity_paths).options.to_dict()
-    with pytest.raises(ValueError, match="--options needs --weights"):
+    with pytest.raises(ValueError, match="--options needs --model"):
         load_bilm(options=parity_paths[1])
 
 

@@ -45,7 +45,7 @@ def embed(
     model, options = _old_positionals(ctx.args, model, options)
     input_file(input_path, "--input")
     output_file(output, "--output")
-    bilm, files = load_model(model, options, progress)
+    bilm = load_model(model, options, progress)
     tokenize = tokenizer(lang, whitespace)
     sentences: List[List[str]] = list(tokenize(read_lines(input_path, "--input")))
     writer = None
@@ -53,7 +53,7 @@ def embed(
         from .. import __version__
         from .embed_file import EmbedWriter
 
-        attrs = dict(model_identity(model, files), tokenization=tokenization_name(lang, whitespace),
+        attrs = dict(model_identity(model, options), tokenization=tokenization_name(lang, whitespace),
                      input=str(input_path) if input_path else STDIN, spacy_elmo_version=__version__)
         writer = EmbedWriter(output, sentences, attrs)
     summaries: List[str] = [""] * len(sentences)

@@ -141,21 +141,27 @@ def tokenization_name(lang: str, whitespace: bool) -> str:
 
 
 # ------------------------------------------------------------------- model
-def resolve_model(model: Optional[str], options: Optional[str], progress: bool) -> Tuple[Path, Path]:
-    """Local (weights, options) files for ``--model``/``--options``."""
-    from .. import hub
-
+def _check_pair(model: Optional[str], options: Optional[str]) -> None:
     if options is not None and model is None:
         raise InputError("--options needs --model: give the weights file or URL the options belong to")
-    return hub.resolve(model, options, progress=progress)
 
 
 def load_model(model: Optional[str], options: Optional[str], progress: bool):
-    """The biLM of ``--model``/``--options``, in eval mode, and its files."""
-    from ..bilm import BiLM
+    """The biLM of ``--model``/``--options`` (through the package's one
+    loader, :func:`spacy_elmo.loading.load_bilm`), in eval mode."""
+    from ..loading import load_bilm
 
-    weights_path, options_path = resolve_model(model, options, progress)
-    return BiLM.from_hdf5(weights_path, options_path).eval(), (weights_path, options_path)
+    _check_pair(model, options)
+    return load_bilm(model, options, progress=progress).eval()
+
+
+def model_files(model: Optional[str], options: Optional[str]) -> Tuple[Path, Path]:
+    """The local (weights, options) files of ``--model``/``--options``; after
+    :func:`load_model`, nothing is downloaded."""
+    from ..loading import resolve
+
+    _check_pair(model, options)
+    return resolve(model, options, progress=False)
 
 
 def sha256_file(path: Path) -> str:
@@ -166,11 +172,11 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def model_identity(model: Optional[str], files: Tuple[Path, Path]) -> Dict[str, str]:
+def model_identity(model: Optional[str], options: Optional[str]) -> Dict[str, str]:
     """What identifies the biLM an output came from: the ``--model`` as given
     (``english`` for the default), the SHA-256 of its weights and options
     files, and the options JSON itself."""
-    weights_path, options_path = files
+    weights_path, options_path = model_files(model, options)
     return {
         "model": model if model is not None else "english",
         "weights_sha256": sha256_file(weights_path),

@@ -179,7 +179,7 @@ def perplexity(
     from ..pretrain.perplexity import perplexity as held_out
 
     if model is None or model.strip().lower() in hub.SHIPPED_NAMES:
-        directory = Path(hub.SHIPPED_MODEL_DIR)
+        directory = hub.shipped_model()[0].parent
     elif Path(model).expanduser().is_dir():
         directory = Path(model).expanduser()
     else:

@@ -33,7 +33,8 @@ def neighbours(
 
     The query and the corpus are tokenised alike (spaCy's tokenizer for
     LANG, or --whitespace); a use is a token equal to WORD, ignoring case."""
-    from ..senses import mark, nearest_uses, parse_layer, uses
+    from ..senses import nearest_uses, parse_layer, uses
+    from ..senses_command import mark
 
     progress = show_progress(progress)
     model = pick(model, old_weights, "--model", "--weights")
@@ -47,7 +48,7 @@ def neighbours(
     needle = word.lower()
     candidates = (line for line in read_lines(corpus, "--corpus") if needle in line.lower())  # cheap filter first
     sentences = [tokens for tokens in tokenize(candidates) if uses(tokens, word)]
-    bilm, _ = load_model(model, options, progress)
+    bilm = load_model(model, options, progress)
     if isinstance(which, int) and not 0 <= which < bilm.num_layers:
         raise InputError(f"--layer must be 'mix' or in 0..{bilm.num_layers - 1}, found {which}")
     found = nearest_uses(ProgressEmbedder(bilm, progress), query_tokens, positions[0], sentences, which, k, batch_size)
@@ -78,12 +79,13 @@ def senses(
     Each use takes the sense whose other uses' mean vector is nearest (or,
     with --method 1nn, the sense of the nearest other use). The dataset
     gives its tokens, so no tokenizer runs."""
-    from ..senses import format_table, load_senses, sense_eval
+    from ..senses import load_senses, sense_eval
+    from ..senses_command import format_table
 
     progress = show_progress(progress)
     model = pick(model, old_weights, "--model", "--weights")
     items = load_senses(input_file(data, "--data"))
-    bilm, _ = load_model(model, options, progress)
+    bilm = load_model(model, options, progress)
     if random_weights:
         import torch
 
