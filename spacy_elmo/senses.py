@@ -148,15 +148,29 @@ def load_senses(path: Union[str, Path, None] = None) -> List[Dict]:
     (a list, or a whitespace-tokenised string) and ``index`` (the target
     token). Checks that every index points at the word (ignoring case)."""
     path = Path(path) if path is not None else DATA
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}): give JSON lines in UTF-8") from None
     items = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        item = json.loads(line)
+        try:
+            item = json.loads(line)
+        except ValueError:
+            item = None
+        if not isinstance(item, dict):
+            raise ValueError(f"{path}:{number}: not a JSON object (one item a line)")
+        missing = [key for key in ("word", "sense", "tokens", "index") if key not in item]
+        if missing:
+            raise ValueError(f"{path}:{number}: the item lacks {', '.join(missing)}: each line needs word, sense, tokens and index")
+        if not isinstance(item["tokens"], (str, list)):
+            raise ValueError(f"{path}:{number}: tokens must be a list of strings or a whitespace-tokenised string")
         tokens = item["tokens"].split() if isinstance(item["tokens"], str) else list(item["tokens"])
-        index = int(item["index"])
-        if not 0 <= index < len(tokens) or tokens[index].lower() != item["word"].lower():
-            raise ValueError(f"{path}:{number}: index {index} does not point at {item['word']!r} in {tokens}")
+        index = item["index"]
+        if not isinstance(index, int) or not 0 <= index < len(tokens) or str(tokens[index]).lower() != str(item["word"]).lower():
+            raise ValueError(f"{path}:{number}: index {index!r} does not point at {item['word']!r} in {tokens}")
         items.append({"word": item["word"], "sense": item["sense"], "tokens": tokens, "index": index})
     return items
 

@@ -497,9 +497,9 @@ def test_cli_download_and_embed(server, shipped, cache, monkeypatch, tmp_path):
     default = runner.invoke(app, ["embed"], input=text)
     assert default.exit_code == 0, default.output
     assert "token vector norms" in default.output and "(3, 7, 48)" in default.output
-    for args in (["small"], [str(PARITY / "weights.hdf5"), str(PARITY / "options.json")], [str(PARITY)]):
-        result = runner.invoke(app, ["embed", *args], input=text)
+    for args in (["small"], [str(PARITY / "weights.hdf5"), "--options", str(PARITY / "options.json")], [str(PARITY)]):
+        result = runner.invoke(app, ["embed", "--model", *args], input=text)
         assert result.exit_code == 0, result.output
         assert result.output == default.output
-    result = runner.invoke(app, ["embed", "smal"], input=text)
+    result = runner.invoke(app, ["embed", "--model", "smal"], input=text)
     assert result.exit_code == 2 and "neither a model name" in result.output
