@@ -19,6 +19,7 @@ from typing import Dict, Optional, Tuple, Union
 import numpy
 
 from . import hub
+from .hub import families
 from .bilm import BiLM
 from .bilm.formats import efml
 from .bilm.options import BiLMOptions
@@ -116,6 +117,8 @@ def check_local(weights: Optional[PathLike], options: Optional[PathLike] = None)
         return
     if not Path(weights).expanduser().exists():
         return
+    if families.is_efml_dir(Path(weights).expanduser()) or families.is_zip_path(weights):
+        return  # the other families' files are read and checked once, when loaded
     _check_local_weights_file(weights)
     _, options_path = hub.resolve(weights, options)
     BiLMOptions.from_file(options_path)
