@@ -133,7 +133,7 @@ def no_network(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the network was used")
 
-    monkeypatch.setattr("urllib.request.urlopen", refuse)
+    monkeypatch.setattr("urllib.request.OpenerDirector.open", refuse)
 
 
 def files_in(folder: Path):
@@ -196,7 +196,7 @@ def test_by_name_matches_the_local_files_and_second_use_reads_the_cache(server, 
     assert n_requests == 2
     # a second use reads the cache only: the server is gone and urlopen refuses
     server.stop()
-    monkeypatch.setattr("urllib.request.urlopen", lambda *a, **k: pytest.fail("network used"))
+    monkeypatch.setattr("urllib.request.OpenerDirector.open", lambda *a, **k: pytest.fail("network used"))
     again = BiLM.from_pretrained("small", progress=False)
     assert_same_outputs(again, local, parity_sentences)
 

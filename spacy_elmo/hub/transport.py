@@ -252,7 +252,8 @@ def _download(
     try:
         with os.fdopen(fd, "wb") as out:
             request = urllib.request.Request(url, headers={"User-Agent": _user_agent()})
-            with urllib.request.urlopen(request, timeout=max(0.001, min(TIMEOUT_S, seconds))) as response:
+            opener = urllib.request.build_opener(_CheckedRedirects)
+            with opener.open(request, timeout=max(0.001, min(TIMEOUT_S, seconds))) as response:
                 length = response.headers.get("Content-Length")
                 expected = int(length) if length is not None and length.strip().isdigit() else None
                 if expected is not None and expected > limit:
@@ -293,6 +294,9 @@ def _download(
     except urllib.error.URLError as err:
         temp.unlink(missing_ok=True)
         raise _Failure(f"no connection ({err.reason})", url) from None
+    except DownloadError as err:  # a redirect refused by check_url
+        temp.unlink(missing_ok=True)
+        raise _Failure(f"refused a redirect to {err}", url) from None
     except Exception as err:  # http.client errors (IncompleteRead), timeouts, bad URLs, disk full
         temp.unlink(missing_ok=True)
         detail = f"received {received} of {expected} bytes: " if expected is not None else ""
@@ -301,6 +305,15 @@ def _download(
         temp.unlink(missing_ok=True)
         raise
     return temp
+
+
+class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
+    """urllib's redirects, each target checked like the URL given
+    (:func:`check_url`): no credentials, no other scheme."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        check_url(urllib.parse.urljoin(req.full_url, newurl))
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
 def _check_free_space(folder: Path, needed: int, announced: bool, url: str) -> None:
