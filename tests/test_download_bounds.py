@@ -347,6 +347,17 @@ def test_a_read_only_cache_is_named(server, cache, monkeypatch):
     assert f"{hub.CACHE_ENV}={cache}: {cache} is not writable" in str(info.value)
     assert f"set {hub.CACHE_ENV} to a writable directory" in str(info.value)
     assert server.requests == [] and files_in(cache) == []
+    # a read-only cache that holds the files is used as it is
+    shape = cache / SMALL
+    shape.mkdir()
+    shutil.copy(PARITY / "weights.hdf5", shape / f"elmo_{SMALL}_weights.hdf5")
+    shutil.copy(PARITY / "options.json", shape / f"elmo_{SMALL}_options.json")
+    cache.chmod(0o555)
+    try:
+        assert loading.download("small", progress=False) == hub.published_cache_paths("small")
+    finally:
+        cache.chmod(0o755)
+    assert server.requests == []
 
 
 def test_dangling_and_foreign_cache_entries_are_named_with_how_to_clear_them(server, cache, monkeypatch, tmp_path):

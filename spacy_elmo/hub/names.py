@@ -160,8 +160,8 @@ def url_cache_path(url: str) -> Path:
 
 def check_cache(paths) -> None:
     """Raise :class:`CacheError` unless the cache can hold ``paths`` (files
-    under :func:`cache_dir`): the cache is a writable directory (or can be
-    made), no entry on the way is a dangling symbolic link, each folder is a
+    under :func:`cache_dir`): the cache is a directory, writable (or can be
+    made) where a file is missing, no entry on the way is a dangling symbolic link, each folder is a
     directory and each existing file a regular file (or a link to one)."""
     root = cache_dir()
     setting = f"{CACHE_ENV}={os.environ[CACHE_ENV]}" if os.environ.get(CACHE_ENV) else f"the cache {root}"
@@ -173,7 +173,8 @@ def check_cache(paths) -> None:
         raise CacheError(f"{setting}: {probe} is a symbolic link to {os.readlink(probe)}, which does not exist; remove it or {fix}")
     if not probe.is_dir():
         raise CacheError(f"{setting}: {probe} is a file, not a directory; {fix}, or remove the file")
-    if not os.access(probe, os.W_OK | os.X_OK):
+    missing = [Path(path) for path in paths if not Path(path).exists()]
+    if missing and not os.access(probe, os.W_OK | os.X_OK):  # a read-only cache that holds the files is fine
         raise CacheError(f"{setting}: {probe} is not writable; {fix}, or make it writable (chmod u+w {probe})")
     for path in paths:
         entry = Path(path)
