@@ -22,20 +22,37 @@ from . import hub
 from .hub import families
 from .bilm import BiLM
 from .bilm.formats import efml
-from .bilm.options import BiLMOptions
+from .bilm.options import BiLMOptions, parameter_count
 from .bilm.weights import WeightFileError, read_checked
-from .hub import DownloadError, ModelNotFoundError  # noqa: F401 (the errors of this module's functions)
+from .hub import CacheError, DownloadError, ModelNotFoundError  # noqa: F401 (the errors of this module's functions)
 
 PathLike = Union[str, Path]
 Checked = Tuple[BiLMOptions, Dict[str, numpy.ndarray]]
 
 
+#: Bytes a weights file may take beyond its float32 parameters, for the hdf5
+#: layout (a few kB a dataset), which dominates for tiny models.
+WEIGHTS_LAYOUT_BYTES = 16 << 20
+
+
+def weights_max_bytes(options: BiLMOptions) -> int:
+    """The most bytes a weights file for ``options`` may take when
+    downloaded: twice its float32 parameters (room for float64 arrays) plus
+    :data:`WEIGHTS_LAYOUT_BYTES`."""
+    return 2 * 4 * parameter_count(options) + WEIGHTS_LAYOUT_BYTES
+
+
 class _Check:
-    """The published format's check, keeping what it read (a fresh
-    download's options and arrays) for the model."""
+    """The published format's checks: :meth:`options` on the options before
+    the weights are requested (its result bounds their size), the call on the
+    pair; keeps what it read (a fresh download's options and arrays) for the
+    model."""
 
     def __init__(self) -> None:
         self.read: Optional[Checked] = None
+
+    def options(self, options: Path) -> int:
+        return weights_max_bytes(BiLMOptions.from_file(options))
 
     def __call__(self, weights: Path, options: Path) -> None:
         if efml.is_model_dir(weights):
@@ -47,14 +64,16 @@ class _Check:
 def resolve(
     weights: Optional[PathLike] = None, options: Optional[PathLike] = None, *, progress: bool = True
 ) -> Tuple[Path, Path]:
-    """:func:`spacy_elmo.hub.resolve` with the published format's check on
+    """:func:`spacy_elmo.hub.resolve` with the published format's checks on
     every download."""
-    return hub.resolve(weights, options, check=_Check(), progress=progress)
+    check = _Check()
+    return hub.resolve(weights, options, check=check, check_options=check.options, progress=progress)
 
 
 def download(name: str, *, progress: bool = True) -> Tuple[Path, Path]:
-    """:func:`spacy_elmo.hub.download` with the published format's check."""
-    return hub.download(name, check=_Check(), progress=progress)
+    """:func:`spacy_elmo.hub.download` with the published format's checks."""
+    check = _Check()
+    return hub.download(name, check=check, check_options=check.options, progress=progress)
 
 
 def check_files(weights: PathLike, options: PathLike) -> None:
@@ -79,7 +98,7 @@ def load_bilm(
     ``kwargs`` go to :class:`~spacy_elmo.bilm.BiLM`."""
     _check_local_weights_file(weights)
     check = _Check()
-    weights_path, options_path = hub.resolve(weights, options, check=check, progress=progress)
+    weights_path, options_path = hub.resolve(weights, options, check=check, check_options=check.options, progress=progress)
     if efml.is_model_dir(weights_path):
         return efml.load(weights_path, **kwargs)
     read = check.read if check.read is not None else read_checked(weights_path, options_path)
