@@ -274,8 +274,6 @@ def _download(
                             break
                         out.write(chunk)
                         received += len(chunk)
-                        if max_bytes is not None and received > max_bytes:
-                            raise _Failure(f"the download is larger than {max_bytes:,} bytes; refused", url)
                         bar.update(len(chunk))
                         if received > limit:
                             raise _Failure(f"the file is larger than the {limit:,} bytes it may take; refused", url)
