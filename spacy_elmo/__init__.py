@@ -13,6 +13,7 @@ _SPACY_NAMES = {
     "mix_weights": "pipeline",
     "Elmo": "pipeline",
     "ElmoData": "data",
+    "SavedPipelineError": "saved_pipeline",
 }
 
 __all__ = ["BiLM", "BiLMOptions", "OptionsError", "WeightFileError", "__version__", *_SPACY_NAMES]

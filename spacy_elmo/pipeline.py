@@ -41,7 +41,7 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from .bilm import BiLM
-from .data import DTYPES, STORES, ElmoData
+from .data import DTYPES, STORES, ElmoData, get_doc_elmo, set_doc_elmo
 from .layers.bilm_model import get_bilm, has_bilm, set_bilm
 from .layers.listener import ElmoListenerLayer
 from .layers.scalar_mix import mix_weights as _mix_of
@@ -62,7 +62,9 @@ DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
 
 def _install_extensions() -> None:
     if not Doc.has_extension("elmo"):
-        Doc.set_extension("elmo", default=None)
+        # A getter and setter (not a default): the getter checks the data
+        # against the Doc's length (spacy_elmo.data.get_doc_elmo).
+        Doc.set_extension("elmo", getter=get_doc_elmo, setter=set_doc_elmo)
     if not Span.has_extension("elmo"):
         Span.set_extension("elmo", getter=_span_view)
     if not Token.has_extension("elmo"):
@@ -339,18 +341,44 @@ class Elmo(TrainablePipe):
         super().to_disk(path, exclude=exclude)
 
     def from_disk(self, path, *, exclude=tuple()):
-        from .bilm import OptionsError, WeightFileError
+        """Reads ``cfg`` and ``model`` through :mod:`spacy_elmo.saved_pipeline`:
+        size-bounded, checked, and every failure a clear error naming the file."""
+        from spacy import util
 
-        try:
-            super().from_disk(path, exclude=exclude)
-        except (OptionsError, WeightFileError) as err:
-            # The biLM's reader sees bytes only: name the file here.
-            err.args = (f"{Path(path) / 'model'}: {err}",) + err.args[1:]
-            raise
+        from .saved_pipeline import load_model_file, read_cfg_file
+
+        self._validate_serialization_attrs()
+        deserialize = {
+            "cfg": lambda p: self.cfg.update(read_cfg_file(Path(p))),
+            "vocab": lambda p: self.vocab.from_disk(p, exclude=exclude),
+            "model": lambda p: load_model_file(self.model, Path(p)),
+        }
+        util.from_disk(Path(path), deserialize, exclude)
+        self._relink_listener_dims()
+        return self
+
+    def from_bytes(self, bytes_data, *, exclude=tuple()):
+        """``nlp.from_bytes``: the same checks as :meth:`from_disk`, naming
+        ``the elmo component's bytes``."""
+        from spacy import util
+
+        from .saved_pipeline import load_model_bytes, msgpack_map, parse_cfg
+
+        self._validate_serialization_attrs()
+        where = f"the {self.name} component's bytes"
+        deserialize = {
+            "cfg": lambda b: self.cfg.update(parse_cfg(b.encode("utf-8") if isinstance(b, str) else b, f"{where} (cfg)")),
+            "vocab": lambda b: self.vocab.from_bytes(b, exclude=exclude),
+            "model": lambda b: load_model_bytes(self.model, b, f"{where} (model)"),
+        }
+        util.from_dict(msgpack_map(bytes_data, where), deserialize, exclude)
+        self._relink_listener_dims()
+        return self
+
+    def _relink_listener_dims(self) -> None:
         for listener in self.listeners:
             if has_bilm(self.model):
                 self._set_listener_dims(listener)
-        return self
 
 
 def validate_examples_like(examples: List[Example]) -> None:

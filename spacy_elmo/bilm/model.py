@@ -335,7 +335,7 @@ class BiLM(nn.Module):
         """
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, found {batch_size}")
-        sentences = [list(s) for s in sentences]
+        sentences = check_sentences(sentences)
         device = self.device
 
         def run_batch(batch: List[List[str]]) -> List[numpy.ndarray]:
@@ -348,3 +348,25 @@ class BiLM(nn.Module):
             results = map_batches(sentences, batch_size, run_batch, by_length=not self.stateful)
         empty = numpy.zeros((self.num_layers, 0, self.output_dim), dtype=numpy.float32)
         return [empty.copy() if r is None else r for r in results]
+
+
+def check_sentences(sentences: Sequence[Sequence[str]]) -> List[List[str]]:
+    """``sentences`` as lists of token strings, or a ``TypeError`` naming the
+    first that is not one: a plain string where a list of tokens belongs
+    (``["the bank"]`` instead of ``[["the", "bank"]]``) would otherwise be
+    read as one token per character."""
+    if isinstance(sentences, (str, bytes)):
+        raise TypeError("embed_sentences takes a list of sentences, each a list of token strings; found one string")
+    result = []
+    for i, sentence in enumerate(sentences):
+        if isinstance(sentence, (str, bytes)):
+            raise TypeError(
+                f"sentence {i} is a {type(sentence).__name__} ({sentence[:40]!r}), not a list of tokens: "
+                "embed_sentences takes token lists, e.g. [['the', 'bank']]; split the text into tokens first"
+            )
+        tokens = list(sentence)
+        for token in tokens:
+            if not isinstance(token, str):
+                raise TypeError(f"sentence {i} holds a {type(token).__name__} token ({token!r}); tokens are strings")
+        result.append(tokens)
+    return result

@@ -25,6 +25,7 @@ uses it hangs).
 import io
 import multiprocessing
 import os
+import warnings
 from typing import Callable, List, Optional, Tuple
 
 import numpy
@@ -39,6 +40,7 @@ from ..bilm import BiLM, BiLMOptions
 from ..bilm.batching import map_batches
 from ..bilm.chars import batch_to_char_ids
 from ..hub import HOW_TO_GIVE_WEIGHTS
+from ..saved_pipeline import bilm_checksum
 from .listener import replace_listener, replace_listener_cfg
 from .span_getters import SpanGetter, configure_sent_or_strided_spans, token_sources
 
@@ -56,14 +58,15 @@ def _serialize_bilm(module: torch.nn.Module) -> bytes:
     from ..bilm.weights import save_hdf5
 
     save_hdf5(module, buffer)
-    return srsly.msgpack_dumps(
-        {
-            "options": module.options.to_dict(),
-            "weights": buffer.getvalue(),
-            "precision": module.precision,
-            "token_cache_size": module.token_cache.max_size,
-        }
-    )
+    fields = {
+        "options": module.options.to_dict(),
+        "weights": buffer.getvalue(),
+        "precision": module.precision,
+        "token_cache_size": module.token_cache.max_size,
+    }
+    # --- checksum (issue 26): what the biLM embeds, checked on load.
+    fields["sha256"] = bilm_checksum(fields["options"], fields["weights"], fields["precision"], fields["token_cache_size"])
+    return srsly.msgpack_dumps(fields)
 
 
 _RESAVE = (
@@ -109,12 +112,36 @@ def _deserialize_bilm(module: torch.nn.Module, data: bytes, device: torch.device
         token_cache_size = check_token_cache_size(msg.get("token_cache_size", 50_000))
     except ValueError as err:
         raise WeightFileError(f"{where}: {err}; {_RESAVE}") from None
+    # --- checksum (issue 26): refuse weights or settings changed after saving.
+    _check_bilm_checksum(msg, where)
     weights = io.BytesIO(msg["weights"])
     arrays = read_datasets(weights, options)
     bilm = BiLM(options, token_cache_size=token_cache_size)
     load_hdf5(bilm, weights, arrays)
     bilm.precision = precision
     return bilm.to(device)
+
+
+def _check_bilm_checksum(msg: dict, where: str) -> None:
+    """The saved SHA-256 of the biLM's options, settings and weights must
+    match them. Pipelines saved before checksums were written have none:
+    they load with a warning (re-saving them adds one)."""
+    from ..bilm import WeightFileError
+
+    saved = msg.get("sha256")
+    if saved is None:
+        warnings.warn(f"{where} carries no checksum (saved by an older spacy_elmo); re-save it to add one")
+        return
+    try:
+        actual = bilm_checksum(msg["options"], msg["weights"], msg.get("precision", "fp32"), msg.get("token_cache_size", 50_000))
+    except (TypeError, ValueError) as err:  # options that are not JSON (crafted)
+        raise WeightFileError(f"{where}: its options cannot be checksummed ({err}); {_RESAVE}") from None
+    if saved != actual:
+        raise WeightFileError(
+            f"{where}: its weights or options do not match the SHA-256 checksum saved with them "
+            f"(saved {str(saved)[:16]}..., now {actual[:16]}...): the file was changed or damaged after it was "
+            f"saved; {_RESAVE}"
+        )
 
 
 class BiLMShim(PyTorchShim):
