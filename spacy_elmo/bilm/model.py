@@ -1,13 +1,13 @@
 """The biLM: token encoder + forward and backward LSTM stacks -> L+1 layers."""
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy
 import torch
 from torch import nn
 
-from .batching import map_batches
+from .batching import batch_rows
 from .chars import batch_to_char_ids
 from .fast.engine import PRECISIONS, InferenceEngine, bf16_supported, check_precision  # noqa: F401
 from .fast.token_cache import (  # noqa: F401 (check_token_cache_size: used by the thinc layer)
@@ -331,23 +331,35 @@ class BiLM(nn.Module):
         2*projection_dim), sentence boundaries removed. Sentences are batched
         by length (``batch_size`` sentences at most); in stateful mode they are
         batched in the given order instead, since the carried state follows
-        the row.
+        the row. :meth:`iter_embeddings` gives the same arrays one batch at a
+        time (to place them without holding them all).
         """
+        results: List[Optional[numpy.ndarray]] = [None] * len(sentences)
+        for index, layers in self.iter_embeddings(sentences, batch_size):
+            results[index] = layers
+        empty = numpy.zeros((self.num_layers, 0, self.output_dim), dtype=numpy.float32)
+        return [empty.copy() if r is None else r for r in results]
+
+    def iter_embeddings(
+        self, sentences: Sequence[Sequence[str]], batch_size: int = 64
+    ) -> Iterator[Tuple[int, numpy.ndarray]]:
+        """``(index, layers)`` for each non-empty sentence (every sentence in
+        stateful mode), batch after batch, in the batching order of
+        :meth:`embed_sentences`; ``layers`` as there. Holds one batch's
+        output at a time."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, found {batch_size}")
         sentences = check_sentences(sentences)
         device = self.device
-
-        def run_batch(batch: List[List[str]]) -> List[numpy.ndarray]:
-            char_ids, _ = batch_to_char_ids(batch, self.options.max_characters_per_token)
-            output = self(torch.from_numpy(char_ids).to(device))
-            stacked = torch.stack(output.layers, dim=1).float().cpu().numpy()
-            return [numpy.ascontiguousarray(stacked[row, :, 1 : len(s) + 1]) for row, s in enumerate(batch)]
-
-        with torch.inference_mode():
-            results = map_batches(sentences, batch_size, run_batch, by_length=not self.stateful)
-        empty = numpy.zeros((self.num_layers, 0, self.output_dim), dtype=numpy.float32)
-        return [empty.copy() if r is None else r for r in results]
+        for rows in batch_rows(sentences, batch_size, by_length=not self.stateful):
+            batch = [sentences[i] for i in rows]
+            with torch.inference_mode():
+                char_ids, _ = batch_to_char_ids(batch, self.options.max_characters_per_token)
+                output = self(torch.from_numpy(char_ids).to(device))
+                stacked = torch.stack(output.layers, dim=1).float().cpu().numpy()
+            arrays = [numpy.ascontiguousarray(stacked[row, :, 1 : len(s) + 1]) for row, s in enumerate(batch)]
+            del stacked, output
+            yield from zip(rows, arrays)
 
 
 def check_sentences(sentences: Sequence[Sequence[str]]) -> List[List[str]]:

@@ -247,14 +247,16 @@ def set_bilm(model: Model, bilm: BiLM) -> None:
     model.shims[0]._model = bilm
 
 
-def _span_plan(model: Model, docs: List[Doc]) -> Tuple[List[List[str]], List[numpy.ndarray]]:
-    """Token texts of every span, and for each Doc the row of each token's
-    output in the concatenation of all spans' outputs (-1: none)."""
+def _span_plan(model: Model, docs: List[Doc]) -> Tuple[List[List[str]], List[numpy.ndarray], List[int]]:
+    """Token texts of every span; for each Doc the row of each token's
+    output in the concatenation of all spans' outputs (-1: none); and the
+    number of (non-empty) spans of each Doc."""
     spans_per_doc = model.attrs["span_getter"](docs)
     if len(spans_per_doc) != len(docs):
         raise ValueError(f"span getter returned {len(spans_per_doc)} span lists for {len(docs)} docs")
     texts: List[List[str]] = []
     sources = []
+    n_spans: List[int] = []
     offset = 0
     for doc, spans in zip(docs, spans_per_doc):
         bounds = [(span.start, span.end) for span in spans if len(span)]
@@ -262,7 +264,8 @@ def _span_plan(model: Model, docs: List[Doc]) -> Tuple[List[List[str]], List[num
         sources.append(numpy.where(source >= 0, source + offset, -1))
         offset += sum(end - start for start, end in bounds)
         texts.extend([token.text for token in doc[start:end]] for start, end in bounds)
-    return texts, sources
+        n_spans.append(len(bounds))
+    return texts, sources, n_spans
 
 
 _THREADS_SET_FOR_PID: Optional[int] = None
@@ -288,16 +291,12 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3
     _one_thread_in_workers()
     bilm = get_bilm(model)
     bilm.precision = model.attrs["precision"]
-    texts, sources = _span_plan(model, docs)
+    texts, sources, n_spans = _span_plan(model, docs)
     n_layers, dim = bilm.num_layers, bilm.output_dim
     ops = model.ops
     zero_row = numpy.zeros((n_layers, 1, dim), dtype=numpy.float32)
     if not is_train:
-        bilm.eval()
-        span_layers = bilm.embed_sentences(texts, batch_size=model.attrs["batch_size"])
-        flat = numpy.concatenate([zero_row] + span_layers, axis=1)
-        # Row 0 of ``flat`` is the zero row for uncovered tokens.
-        return [ops.asarray3f(flat[:, source + 1]) for source in sources], _no_gradient
+        return _predict_streaming(model, bilm, docs, texts, sources, n_spans), _no_gradient
 
     shim = model.shims[0]
     # Per batch: the biLM's output layers (tensors), the shim's backprop, padded length.
@@ -336,6 +335,35 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3
         return []
 
     return outputs, backprop
+
+
+def _predict_streaming(
+    model: Model, bilm: BiLM, docs: List[Doc], texts: List[List[str]], sources: List[numpy.ndarray], n_spans: List[int]
+) -> List[Floats3d]:
+    """Inference: each Doc's output (L+1, n_tokens, dim) is allocated once
+    (zeros: a token no span covers keeps zero vectors) and each batch's span
+    outputs are copied into the rows of the tokens that take them as they
+    come (:meth:`BiLM.iter_embeddings`), so the memory beyond the result is
+    one batch, whatever the Doc's length."""
+    bilm.eval()
+    n_layers, dim = bilm.num_layers, bilm.output_dim
+    outputs = [numpy.zeros((n_layers, len(doc), dim), dtype=numpy.float32) for doc in docs]
+    # For every span (in the order of ``texts``): its Doc, the Doc positions
+    # that take its output, and the rows of the span they take.
+    offsets = numpy.cumsum([0] + [len(t) for t in texts])
+    targets: List[Tuple[int, numpy.ndarray, numpy.ndarray]] = []
+    for d, source in enumerate(sources):
+        covered = numpy.flatnonzero(source >= 0)
+        order = numpy.argsort(source[covered], kind="stable")
+        positions, flat = covered[order], source[covered][order]
+        for j in range(len(targets), len(targets) + n_spans[d]):
+            lo, hi = numpy.searchsorted(flat, [offsets[j], offsets[j + 1]])
+            targets.append((d, positions[lo:hi], flat[lo:hi] - offsets[j]))
+    for index, layers in bilm.iter_embeddings(texts, batch_size=model.attrs["batch_size"]):
+        d, positions, rows = targets[index]
+        if len(positions):
+            outputs[d][:, positions] = layers[:, rows]
+    return [model.ops.asarray3f(output) for output in outputs]
 
 
 def _no_gradient(d_outputs: List[Floats3d]) -> List:
