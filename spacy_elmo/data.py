@@ -25,6 +25,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import numpy
 import srsly
+from spacy.tokens import Doc, Span, Token
 
 STORES = ("layers", "vectors")
 DTYPES = ("float32", "float16")
@@ -172,7 +173,7 @@ def check_payload(data: Any) -> None:
 _USER_DATA_KEY = ("._.", "elmo", None, None)  # where spaCy keeps Doc._.elmo
 
 
-def get_doc_elmo(doc) -> Optional["ElmoData"]:
+def get_doc_elmo(doc: Doc) -> Optional[ElmoData]:
     """``Doc._.elmo``: None, or the stored data after checking that it has
     one row per token of ``doc`` (a payload of another Doc, e.g. a DocBin
     edited or written from other texts, gave some tokens empty or zero
@@ -188,7 +189,7 @@ def get_doc_elmo(doc) -> Optional["ElmoData"]:
     return data
 
 
-def set_doc_elmo(doc, value: Optional["ElmoData"]) -> None:
+def set_doc_elmo(doc: Doc, value: Optional[ElmoData]) -> None:
     """Setting ``Doc._.elmo``: an :class:`ElmoData` or None (``doc_cleaner``)."""
     if value is not None and not isinstance(value, ElmoData):
         raise TypeError(f"Doc._.elmo takes an ElmoData or None, found {type(value).__name__}")
@@ -210,3 +211,31 @@ def deserialize_elmo_data(obj, chain=None):
     if isinstance(obj, dict) and _KEY in obj:
         return ElmoData.from_dict(obj[_KEY])
     return obj if chain is None else chain(obj)
+
+
+def install_extensions() -> None:
+    """``Doc._.elmo`` (set by the ``elmo`` component) and its ``Span._.elmo`` /
+    ``Token._.elmo`` views."""
+    if not Doc.has_extension("elmo"):
+        # A getter and setter (not a default): the getter checks the data
+        # against the Doc's length (get_doc_elmo).
+        Doc.set_extension("elmo", getter=get_doc_elmo, setter=set_doc_elmo)
+    if not Span.has_extension("elmo"):
+        Span.set_extension("elmo", getter=_span_view)
+    if not Token.has_extension("elmo"):
+        Token.set_extension("elmo", getter=_token_view)
+
+
+# Module-level getters (not lambdas): nlp.pipe(n_process=N) pickles the
+# extension table for its workers.
+def _span_view(span: Span) -> Optional[ElmoData]:
+    return _view(span.doc, span.start, span.end)
+
+
+def _token_view(token: Token) -> Optional[ElmoData]:
+    return _view(token.doc, token.i, token.i + 1)
+
+
+def _view(doc: Doc, start: int, end: int) -> Optional[ElmoData]:
+    data = doc._.elmo
+    return None if data is None else data[start:end]

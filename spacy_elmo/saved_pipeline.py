@@ -17,18 +17,21 @@ of both). ``spacy.load`` and ``nlp.from_disk`` read them through
   holds: msgpack bounds those by the file's size before allocating) into a
   :class:`SavedPipelineError` that names the file and says what to do.
 
-The checksum itself is written and checked with the biLM's fields
-(:func:`bilm_checksum`, used by :mod:`spacy_elmo.layers.bilm_model`).
+The checksum itself is written and checked with the biLM's bytes
+(:func:`spacy_elmo.layers.bilm_shim.bilm_checksum`). :func:`read_component`
+and :func:`read_component_bytes` are the component's ``from_disk`` and
+``from_bytes``.
 """
-import hashlib
 import json
 import math
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 import srsly
+from spacy import util
 
 from .bilm.options import MAX_PARAMETERS
+from .layers.bilm_shim import RESAVE
 
 #: ``elmo/cfg`` holds three small settings (a few hundred bytes).
 MAX_CFG_BYTES = 1 << 20
@@ -36,12 +39,6 @@ MAX_CFG_BYTES = 1 << 20
 #: than ``MAX_PARAMETERS`` of them, so a larger file cannot be a valid one
 #: (plus 64 MiB for hdf5's and msgpack's framing and the options).
 MAX_MODEL_BYTES = 4 * MAX_PARAMETERS + (64 << 20)
-
-RESAVE = (
-    "re-save the pipeline from a working copy (nlp.to_disk), or re-initialize the elmo component "
-    "from the published weights and options"
-)
-
 
 class SavedPipelineError(ValueError):
     """A file of a saved ``elmo`` component that cannot be read: missing,
@@ -156,16 +153,6 @@ def load_model_file(model, path: Path) -> None:
     load_model_bytes(model, read_bounded(path, MAX_MODEL_BYTES), str(path))
 
 
-def bilm_checksum(options: Dict[str, Any], weights: bytes, precision: Any, token_cache_size: Any) -> str:
-    """SHA-256 over what a saved biLM embeds: its options and settings (as
-    canonical JSON: sorted keys, no spaces) and its hdf5 weight bytes."""
-    settings = {"options": options, "precision": precision, "token_cache_size": token_cache_size}
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, separators=(",", ":")).encode("utf-8"))
-    digest.update(b"\0")
-    digest.update(weights)
-    return digest.hexdigest()
-
-
 def msgpack_map(data: bytes, where: str) -> Dict[str, Any]:
     """The map in msgpack ``data`` (srsly's reader), its failures named after ``where``."""
     try:
@@ -175,3 +162,26 @@ def msgpack_map(data: bytes, where: str) -> Dict[str, Any]:
     if not isinstance(msg, dict):
         raise SavedPipelineError(f"{where} hold a {type(msg).__name__}, expected a map; {RESAVE}")
     return msg
+
+
+def read_component(component, path: Path, exclude) -> None:
+    """``Elmo.from_disk``: ``cfg``, ``vocab`` and ``model`` of ``path`` into
+    ``component``, each file read bounded and checked."""
+    deserialize = {
+        "cfg": lambda p: component.cfg.update(read_cfg_file(Path(p))),
+        "vocab": lambda p: component.vocab.from_disk(p, exclude=exclude),
+        "model": lambda p: load_model_file(component.model, Path(p)),
+    }
+    util.from_disk(Path(path), deserialize, exclude)
+
+
+def read_component_bytes(component, data: bytes, exclude) -> None:
+    """``Elmo.from_bytes``: the same checks as :func:`read_component`, the
+    failures naming ``the elmo component's bytes``."""
+    where = f"the {component.name} component's bytes"
+    deserialize = {
+        "cfg": lambda b: component.cfg.update(parse_cfg(b.encode("utf-8") if isinstance(b, str) else b, f"{where} (cfg)")),
+        "vocab": lambda b: component.vocab.from_bytes(b, exclude=exclude),
+        "model": lambda b: load_model_bytes(component.model, b, f"{where} (model)"),
+    }
+    util.from_dict(msgpack_map(data, where), deserialize, exclude)

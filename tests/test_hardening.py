@@ -133,9 +133,9 @@ def _flip_float_bytes(state):
         _flip_float_bytes,
         lambda s: s["options"]["lstm"].__setitem__("use_skip_connections", not s["options"]["lstm"].get("use_skip_connections", False)),
         lambda s: s["options"]["lstm"].__setitem__("cell_clip", 1.5),
-        lambda s: s.__setitem__("token_cache_size", 7),
+        lambda s: s["options"]["lstm"].__setitem__("proj_clip", 0.25),
     ],
-    ids=["flipped-floats", "use_skip_connections", "cell_clip", "token_cache_size"],
+    ids=["flipped-floats", "use_skip_connections", "cell_clip", "proj_clip"],
 )
 def test_saved_biLM_changed_after_saving_is_refused(pipeline, edit):
     """Edits that keep every shape valid (so every other check passes)
