@@ -43,11 +43,12 @@ from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from . import architectures  # noqa: F401 (registers the architectures the default config names)
 from .bilm import BiLM
 from .data import DTYPES, STORES, ElmoData, install_extensions
-from .vector_hooks import install as install_vector_hooks
 from .layers.bilm_shim import get_bilm, has_bilm, set_bilm
 from .layers.listener import ElmoListenerLayer
 from .layers.scalar_mix import learned_mix
+from .listener_host import ListenerHost
 from .loading import check_local, load_bilm
+from .vector_hooks import install as install_vector_hooks
 
 DEFAULT_MODEL_CONFIG = """
 [model]
@@ -115,21 +116,14 @@ def make_elmo(
         ``.vector`` and ``.similarity``.
     """
     return Elmo(
-        nlp.vocab,
-        model,
-        name,
-        store=store,
-        dtype=dtype,
-        mix=mix,
-        frozen=frozen,
-        weights=weights,
-        options=options,
-        vector_hooks=vector_hooks,
+        nlp.vocab, model, name, store=store, dtype=dtype, mix=mix, frozen=frozen,
+        weights=weights, options=options, vector_hooks=vector_hooks
     )
 
 
-class Elmo(TrainablePipe):
-    """Runs the biLM and feeds ``Doc._.elmo`` and the ELMo listeners."""
+class Elmo(ListenerHost, TrainablePipe):
+    """Runs the biLM and feeds ``Doc._.elmo`` and the ELMo listeners (their
+    bookkeeping: :class:`~spacy_elmo.listener_host.ListenerHost`)."""
 
     def __init__(
         self,
@@ -155,7 +149,7 @@ class Elmo(TrainablePipe):
         self.cfg = {"store": store, "dtype": dtype, "mix": None if mix is None else list(mix)}
         #: No biLM gradients in ``update`` (the listeners still get the layers).
         self.frozen = frozen
-        self.listener_map: Dict[str, List[ElmoListenerLayer]] = {}
+        self.listener_map = {}
         #: The factory's ``weights``/``options``: read at initialization when
         #: ``[initialize.components.elmo]`` gives none.
         self.weights_source = (weights, options)
@@ -167,47 +161,6 @@ class Elmo(TrainablePipe):
         #: Install :mod:`spacy_elmo.vector_hooks` on every annotated Doc.
         self.vector_hooks = vector_hooks
         install_extensions()
-
-    # ------------------------------------------------------------ listeners
-    @property
-    def listeners(self) -> List[ElmoListenerLayer]:
-        return [m for c in self.listening_components for m in self.listener_map[c]]
-
-    @property
-    def listening_components(self) -> List[str]:
-        return list(self.listener_map.keys())
-
-    def add_listener(self, listener: ElmoListenerLayer, component_name: str) -> None:
-        self.listener_map.setdefault(component_name, [])
-        if listener not in self.listener_map[component_name]:
-            self.listener_map[component_name].append(listener)
-        if has_bilm(self.model):
-            self._set_listener_dims(listener)
-
-    def remove_listener(self, listener: ElmoListenerLayer, component_name: str) -> bool:
-        if listener in self.listener_map.get(component_name, []):
-            self.listener_map[component_name].remove(listener)
-            if not self.listener_map[component_name]:
-                del self.listener_map[component_name]
-            return True
-        return False
-
-    def find_listeners(self, component) -> None:
-        names = ("*", self.name)
-        if isinstance(getattr(component, "model", None), Model):
-            for node in component.model.walk():
-                if isinstance(node, ElmoListenerLayer) and node.upstream_name in names:
-                    self.add_listener(node, component.name)
-
-    def _set_listener_dims(self, listener: ElmoListenerLayer) -> None:
-        bilm = get_bilm(self.model)
-        for dim, value in (("nL", bilm.num_layers), ("nO", bilm.output_dim)):
-            if listener.has_dim(dim) and listener.get_dim(dim) != value:
-                raise ValueError(
-                    f"an ELMo listener expects {dim}={listener.get_dim(dim)} but the elmo "
-                    f"component's biLM has {value}"
-                )
-            listener.set_dim(dim, value)
 
     # ------------------------------------------------------------- the biLM
     @property
@@ -393,11 +346,6 @@ class Elmo(TrainablePipe):
         read_component_bytes(self, bytes_data, exclude)
         self._relink_listener_dims()
         return self
-
-    def _relink_listener_dims(self) -> None:
-        for listener in self.listeners:
-            if has_bilm(self.model):
-                self._set_listener_dims(listener)
 
 
 def add_elmo(

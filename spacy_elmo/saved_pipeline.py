@@ -27,11 +27,10 @@ import math
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-import srsly
 from spacy import util
 
 from .bilm.options import MAX_PARAMETERS
-from .layers.bilm_shim import RESAVE
+from .layers.bilm_shim import RESAVE, msgpack_map
 
 #: ``elmo/cfg`` holds three small settings (a few hundred bytes).
 MAX_CFG_BYTES = 1 << 20
@@ -153,17 +152,6 @@ def load_model_file(model, path: Path) -> None:
     load_model_bytes(model, read_bounded(path, MAX_MODEL_BYTES), str(path))
 
 
-def msgpack_map(data: bytes, where: str) -> Dict[str, Any]:
-    """The map in msgpack ``data`` (srsly's reader), its failures named after ``where``."""
-    try:
-        msg = srsly.msgpack_loads(data)
-    except Exception as err:  # msgpack raises several unrelated classes
-        raise SavedPipelineError(f"{where} are not readable msgpack ({type(err).__name__}: {err}); {RESAVE}") from None
-    if not isinstance(msg, dict):
-        raise SavedPipelineError(f"{where} hold a {type(msg).__name__}, expected a map; {RESAVE}")
-    return msg
-
-
 def read_component(component, path: Path, exclude) -> None:
     """``Elmo.from_disk``: ``cfg``, ``vocab`` and ``model`` of ``path`` into
     ``component``, each file read bounded and checked."""
@@ -184,4 +172,4 @@ def read_component_bytes(component, data: bytes, exclude) -> None:
         "vocab": lambda b: component.vocab.from_bytes(b, exclude=exclude),
         "model": lambda b: load_model_bytes(component.model, b, f"{where} (model)"),
     }
-    util.from_dict(msgpack_map(data, where), deserialize, exclude)
+    util.from_dict(msgpack_map(data, where, SavedPipelineError), deserialize, exclude)

@@ -83,6 +83,18 @@ def _check_checksum(msg: Dict[str, Any], where: str) -> None:
         )
 
 
+def msgpack_map(data: bytes, where: str, error: type) -> Dict[str, Any]:
+    """The map in msgpack ``data`` (srsly's reader), or an ``error`` naming
+    ``where`` and what to do."""
+    try:
+        msg = srsly.msgpack_loads(data)
+    except Exception as err:  # msgpack raises several unrelated classes
+        raise error(f"{where}: not readable msgpack ({type(err).__name__}: {err}); {RESAVE}") from None
+    if not isinstance(msg, dict):
+        raise error(f"{where}: a msgpack {type(msg).__name__}, expected a map; {RESAVE}")
+    return msg
+
+
 def read_saved_bilm(data: bytes) -> BiLM:
     """The biLM of a saved pipeline (``spacy.load``, ``from_bytes``): the
     fields are type-checked, the options validated (bounds, parameter
@@ -93,12 +105,7 @@ def read_saved_bilm(data: bytes) -> BiLM:
     saves (``precision``, ``token_cache_size``) are ignored: the config
     holds them."""
     where = "the elmo component's saved biLM"
-    try:
-        msg = srsly.msgpack_loads(data)
-    except Exception as err:  # msgpack raises several unrelated classes
-        raise WeightFileError(f"{where} is not readable msgpack ({type(err).__name__}: {err}); {RESAVE}") from None
-    if not isinstance(msg, dict):
-        raise WeightFileError(f"{where} is a {type(msg).__name__}, expected a map; {RESAVE}")
+    msg = msgpack_map(data, where, WeightFileError)
     if not isinstance(msg.get("options"), dict):
         found = "missing" if "options" not in msg else type(msg["options"]).__name__
         raise OptionsError(f"{where} holds no biLM options (field 'options' is {found}); {RESAVE}", ["options"])
