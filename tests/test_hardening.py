@@ -324,11 +324,6 @@ def _threads_after_pretrain(rank, world_size, port, tmp, corpus):
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread names from /proc")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (issue 26 point 6): importing torch._dynamo before the group removes DDP's leak of the "
-    "group, but a full run still holds it elsewhere, so gloo's threads outlive destroy_process_group",
-)
 def test_distributed_run_leaves_no_gloo_thread_for_interpreter_shutdown(tmp_path):
     """After a 2-process run, pretrain() has stopped gloo's threads: none
     is left to take the GIL while the interpreter shuts down (the resumed
