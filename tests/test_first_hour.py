@@ -14,9 +14,10 @@ from thinc.api import Config
 from spacy_elmo.bilm import OptionsError, WeightFileError
 from spacy_elmo.hub import ModelNotFoundError
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import FIXTURES, REPO as ROOT
+
 CONFIGS = ROOT / "configs"
-SAMPLE = Path(__file__).parent / "fixtures" / "training_sample"
+SAMPLE = FIXTURES / "training_sample"
 SHIPPED = ROOT / "spacy_elmo" / "models" / "english"
 
 # config -> (sample corpus, pipeline, columns the training table must show)

@@ -1,11 +1,12 @@
 """The package's layers import only downwards: ``bilm/`` (pure PyTorch)
 nothing above it, ``hub/`` nothing of the model (docs/architecture.md)."""
 import ast
+import sys
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "spacy_elmo"
+from tests.helpers.paths import PACKAGE
 
 
 def _imports(path: Path):
@@ -47,5 +48,5 @@ def test_the_rule_sees_a_violation(tmp_path, monkeypatch):
     fake = tmp_path / "spacy_elmo" / "bilm"
     fake.mkdir(parents=True)
     (fake / "bad.py").write_text("from ..hub import resolve\nfrom .chars import x\n", encoding="utf-8")
-    monkeypatch.setattr(__import__(__name__), "PACKAGE", tmp_path / "spacy_elmo")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "spacy_elmo")
     assert list(_imports(fake / "bad.py")) == ["spacy_elmo.hub", "spacy_elmo.bilm.chars"]

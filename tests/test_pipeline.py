@@ -7,7 +7,7 @@ from spacy.tokens import Doc, DocBin
 from spacy_elmo import ElmoData, add_elmo
 from spacy_elmo.layers.span_getters import configure_sent_or_strided_spans, token_sources
 
-from conftest import random_model
+from tests.helpers.models import random_model
 
 
 @pytest.fixture

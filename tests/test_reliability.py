@@ -4,7 +4,6 @@ package's own errors for bad input."""
 import json
 import pickle
 import random
-import sys
 import threading
 import time
 from pathlib import Path
@@ -16,8 +15,7 @@ import spacy
 import srsly
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from conftest import random_model, small_options  # noqa: E402
+from tests.helpers.models import random_model, small_options
 
 from spacy_elmo import BiLM, BiLMOptions, OptionsError, WeightFileError, add_elmo  # noqa: E402
 
@@ -287,7 +285,7 @@ def test_inference_settings_come_from_the_config_and_survive_a_save(tmp_path):
 
 
 # ------------------------------------------------------- 4./5./6. pretraining
-from pretrain_helpers import tiny_config, write_corpus, write_options  # noqa: E402
+from tests.helpers.pretrain import tiny_config, write_corpus, write_options  # noqa: E402
 
 from spacy_elmo.pretrain import PretrainError, load_checkpoint, pretrain  # noqa: E402
 from spacy_elmo.pretrain.runlog import read_log  # noqa: E402

@@ -1,6 +1,5 @@
 """ELMo behind token/span/doc ``.vector`` and ``.similarity`` (spaCy user hooks)."""
 import pickle
-from pathlib import Path
 
 import numpy
 import pytest
@@ -9,7 +8,9 @@ from spacy.tokens import Doc, DocBin
 
 from spacy_elmo import vector_hooks
 
-BANK = Path(__file__).resolve().parents[1] / "examples" / "bank.txt"
+from tests.helpers.paths import EXAMPLES
+
+BANK = EXAMPLES / "bank.txt"
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ import logging
 import pickle
 import shutil
 import zipfile
-from pathlib import Path
 
 import numpy
 import pytest
@@ -21,7 +20,7 @@ from spacy_elmo.bilm.fast.token_cache import type_keys
 from spacy_elmo.bilm.formats import efml
 from spacy_elmo.bilm.formats.efml import EfmlFormatError
 
-from conftest import FIXTURES
+from tests.helpers.paths import EXAMPLES, FIXTURES
 
 EFML = FIXTURES / "efml"
 MODELS = ("with_words", "chars_only")
@@ -274,7 +273,6 @@ def test_bilm_tf_export_is_refused_for_this_family(tmp_path):
         model.to_hdf5(tmp_path / "w.hdf5", tmp_path / "o.json")
 
 
-EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
 def test_example_tagger_config_trains_on_an_efml_model():

@@ -19,7 +19,8 @@ from spacy_elmo.cli import app, read_embeddings
 from spacy_elmo.cli.inputs import ProgressEmbedder
 from spacy_elmo.pretrain.checkpoint import CHECKPOINT_FORMAT
 
-PARITY = Path(__file__).parent / "fixtures" / "elmo-parity"
+from tests.helpers.paths import PARITY
+
 MODEL = ["--model", str(PARITY)]
 TEXT = "The storm came.\n\nShe opened a bank account!\n"
 COMMANDS = ("embed", "download", "neighbours", "senses", "pretrain", "plot", "export", "perplexity")

@@ -1,7 +1,6 @@
 """ELMo listeners: tagger, ner and textcat learn on ELMo, each with its own mix."""
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy
 import pytest
@@ -14,9 +13,8 @@ from spacy.util import fix_random_seed
 from spacy_elmo import add_elmo, mix_weights
 from spacy_elmo.layers.scalar_mix import ScalarMix
 
-from conftest import CAT_DATA, NER_DATA, TAG_DATA, random_model
-
-CONFIGS = Path(__file__).parent.parent / "configs"
+from tests.helpers.models import CAT_DATA, NER_DATA, TAG_DATA, random_model
+from tests.helpers.paths import CONFIGS
 
 
 

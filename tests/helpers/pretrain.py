@@ -3,10 +3,7 @@ import json
 import random
 from pathlib import Path
 
-import sys
-
-sys.path.insert(0, str(Path(__file__).parent))
-from conftest import small_options  # noqa: E402
+from tests.helpers.models import small_options
 
 SUBJECTS = ["the cat", "a dog", "my sister", "the old man", "our teacher", "the children", "a bird"]
 VERBS = {"the children": ["eat", "see", "like"], "default": ["eats", "sees", "likes"]}

@@ -5,7 +5,7 @@ import torch
 from torch.nn import functional as F
 
 from spacy_elmo.bilm.chars import batch_to_char_ids
-from conftest import random_model
+from tests.helpers.models import random_model
 
 SENTENCES = [
     ["The", "bank", "of", "the", "river", "."],
@@ -262,7 +262,7 @@ def _default_init_model(seed=0, packed_weights=None):
     """The test model at PyTorch's default init; ``packed_weights=True`` packs
     its (small) weights as the published shapes' are."""
     from spacy_elmo import BiLM
-    from conftest import small_options
+    from tests.helpers.models import small_options
 
     torch.manual_seed(seed)
     model = BiLM(small_options()).eval()

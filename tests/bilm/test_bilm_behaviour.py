@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM
-from conftest import random_model
+from tests.helpers.models import random_model
 
 
 SENTENCES = [

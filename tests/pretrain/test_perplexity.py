@@ -1,13 +1,9 @@
 """`perplexity`: an exported model's held-out perplexity on new text."""
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 from typer.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).parent))
-from pretrain_helpers import make_lines, tiny_config, write_corpus  # noqa: E402
+from tests.helpers.pretrain import make_lines, tiny_config, write_corpus  # noqa: E402
 
 from spacy_elmo.cli import app  # noqa: E402
 from spacy_elmo.pretrain import pretrain  # noqa: E402

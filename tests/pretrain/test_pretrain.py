@@ -11,8 +11,7 @@ import numpy
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from pretrain_helpers import distributed_worker, make_lines, tiny_config, write_corpus, write_options  # noqa: E402
+from tests.helpers.pretrain import distributed_worker, make_lines, tiny_config, write_corpus, write_options  # noqa: E402
 
 from spacy_elmo import BiLM  # noqa: E402
 from spacy_elmo.bilm.chars import batch_to_char_ids  # noqa: E402
@@ -23,7 +22,7 @@ from spacy_elmo.pretrain.model import PretrainModel  # noqa: E402
 from spacy_elmo.pretrain.prepare import unigram_perplexity  # noqa: E402
 from spacy_elmo.pretrain.runlog import read_log  # noqa: E402
 from spacy_elmo.bilm.options import BiLMOptions  # noqa: E402
-from conftest import small_options  # noqa: E402
+from tests.helpers.models import small_options  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ from spacy.util import fix_random_seed, registry
 
 from spacy_elmo import add_elmo, mix_weights
 
-from conftest import CAT_DATA, NER_DATA, TAG_DATA, random_model
+from tests.helpers.models import CAT_DATA, NER_DATA, TAG_DATA, random_model
 
 
 

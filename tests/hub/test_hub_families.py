@@ -16,8 +16,9 @@ from spacy_elmo.hub import families as hub_families
 from spacy_elmo.bilm.options import BiLMOptions
 from spacy_elmo.hub.families import UnsafeArchiveError
 
-from conftest import FIXTURES, small_options
-from test_hub import Server
+from tests.helpers.models import small_options
+from tests.helpers.paths import FIXTURES
+from tests.helpers.server import Server
 
 EFML = FIXTURES / "efml"
 

@@ -21,7 +21,7 @@ from spacy_elmo import BiLM, hub, loading
 from spacy_elmo.bilm.options import BiLMOptions, parameter_count, published_options
 from spacy_elmo.hub import CacheError, DownloadError
 
-from conftest import PARITY
+from tests.helpers.paths import PARITY
 
 SMALL = hub.PUBLISHED_MODELS["small"]
 FSIZE_LIMIT = 64 << 20

@@ -9,7 +9,7 @@ from spacy_elmo import add_elmo
 from spacy_elmo.bilm.fast import InferenceEngine
 from spacy_elmo.layers.output_cache import OutputCache
 
-from conftest import random_model
+from tests.helpers.models import random_model
 
 SENTENCES = [
     ("The dog barked at the old man near the river .", ["D", "N", "V", "P", "D", "J", "N", "P", "D", "N", "."]),
