@@ -5,7 +5,6 @@ import io
 import json
 import os
 import pickle
-import struct
 import subprocess
 import sys
 import textwrap
@@ -18,13 +17,11 @@ import srsly
 import torch
 from spacy.tokens import DocBin
 
-sys.path.insert(0, str(Path(__file__).parent))
-from conftest import random_model  # noqa: E402
-from test_reliability import _rewrite_saved_bilm  # noqa: E402
+from tests.helpers.models import random_model, rewrite_saved_bilm
 
-from spacy_elmo import OptionsError, WeightFileError, add_elmo  # noqa: E402
-from spacy_elmo.data import ElmoData, ElmoDataError  # noqa: E402
-from spacy_elmo.saved_pipeline import MAX_MODEL_BYTES, SavedPipelineError  # noqa: E402
+from spacy_elmo import WeightFileError, add_elmo
+from spacy_elmo.data import ElmoDataError
+from spacy_elmo.saved_pipeline import MAX_MODEL_BYTES, SavedPipelineError
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +137,7 @@ def _flip_float_bytes(state):
 def test_saved_biLM_changed_after_saving_is_refused(pipeline, edit):
     """Edits that keep every shape valid (so every other check passes)
     are caught by the SHA-256 saved with the weights and options."""
-    _rewrite_saved_bilm(pipeline / "elmo" / "model", edit)
+    rewrite_saved_bilm(pipeline / "elmo" / "model", edit)
     with pytest.raises(WeightFileError, match="do not match the SHA-256 checksum saved with them") as info:
         spacy.load(pipeline)
     assert str(pipeline / "elmo" / "model") in str(info.value)
@@ -148,7 +145,7 @@ def test_saved_biLM_changed_after_saving_is_refused(pipeline, edit):
 
 def test_checksum_round_trip_and_old_pipelines_without_one(pipeline):
     doc = spacy.load(pipeline)("A checksummed pipeline loads .")
-    _rewrite_saved_bilm(pipeline / "elmo" / "model", lambda s: s.pop("sha256"))
+    rewrite_saved_bilm(pipeline / "elmo" / "model", lambda s: s.pop("sha256"))
     with pytest.warns(UserWarning, match="carries no checksum"):
         again = spacy.load(pipeline)("A checksummed pipeline loads .")
     numpy.testing.assert_array_equal(doc._.elmo.layers, again._.elmo.layers)
@@ -285,7 +282,7 @@ HOLDER = textwrap.dedent(
 
 
 def test_second_run_on_an_output_refuses_naming_the_holder(tmp_path):
-    from pretrain_helpers import tiny_config, write_corpus
+    from tests.helpers.pretrain import tiny_config, write_corpus
 
     from spacy_elmo.pretrain import pretrain
     from spacy_elmo.pretrain.errors import PretrainError
@@ -314,7 +311,7 @@ def _threads_after_pretrain(rank, world_size, port, tmp, corpus):
     pretrain() returned (it destroyed the process group)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
-    from pretrain_helpers import tiny_config
+    from tests.helpers.pretrain import tiny_config
 
     from spacy_elmo.pretrain import trainer
 
@@ -331,7 +328,7 @@ def test_distributed_run_leaves_no_gloo_thread_for_interpreter_shutdown(tmp_path
     import socket
 
     import torch.multiprocessing as mp
-    from pretrain_helpers import write_corpus
+    from tests.helpers.pretrain import write_corpus
 
     corpus = write_corpus(tmp_path, 60)
     with socket.socket() as s:

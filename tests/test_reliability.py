@@ -12,10 +12,9 @@ import h5py
 import numpy
 import pytest
 import spacy
-import srsly
 import torch
 
-from tests.helpers.models import random_model, small_options
+from tests.helpers.models import random_model, rewrite_saved_bilm, small_options
 
 from spacy_elmo import BiLM, BiLMOptions, OptionsError, WeightFileError, add_elmo  # noqa: E402
 
@@ -172,18 +171,6 @@ def test_nan_clip_in_an_options_file_is_refused(tmp_path):
         BiLMOptions.from_file(tmp_path / "o.json")
 
 
-def _rewrite_saved_bilm(model_file: Path, edit) -> None:
-    """Apply ``edit`` to the biLM fields of a saved elmo component."""
-    msg = srsly.msgpack_loads(model_file.read_bytes())
-    (node,) = [i for i, shims in enumerate(msg["shims"]) if shims]
-    shim = srsly.msgpack_loads(msg["shims"][node][0])
-    state = srsly.msgpack_loads(shim["state"])
-    edit(state)
-    shim["state"] = srsly.msgpack_dumps(state)
-    msg["shims"][node][0] = srsly.msgpack_dumps(shim)
-    model_file.write_bytes(srsly.msgpack_dumps(msg))
-
-
 @pytest.fixture
 def saved_pipeline(tmp_path):
     nlp = spacy.blank("en")
@@ -208,7 +195,7 @@ def test_crafted_saved_pipelines_are_refused_by_spacy_load(saved_pipeline, monke
     def allocate(*args, **kwargs):
         raise AssertionError("the model was allocated before its saved fields were checked")
 
-    _rewrite_saved_bilm(saved_pipeline / "elmo" / "model", edit)
+    rewrite_saved_bilm(saved_pipeline / "elmo" / "model", edit)
     monkeypatch.setattr(model_module, "CharCNNEncoder", allocate)
     with pytest.raises(error, match=message) as info:
         spacy.load(saved_pipeline)

@@ -1,4 +1,7 @@
 """Small models and toy data shared by the tests."""
+from pathlib import Path
+
+import srsly
 import torch
 
 
@@ -51,3 +54,15 @@ CAT_DATA = [
     ("I'm so happy.", {"cats": {"POSITIVE": 1.0, "NEGATIVE": 0.0}}),
     ("I'm so angry", {"cats": {"POSITIVE": 0.0, "NEGATIVE": 1.0}}),
 ]
+
+
+def rewrite_saved_bilm(model_file: Path, edit) -> None:
+    """Apply ``edit`` to the biLM fields of a saved elmo component."""
+    msg = srsly.msgpack_loads(model_file.read_bytes())
+    (node,) = [i for i, shims in enumerate(msg["shims"]) if shims]
+    shim = srsly.msgpack_loads(msg["shims"][node][0])
+    state = srsly.msgpack_loads(shim["state"])
+    edit(state)
+    shim["state"] = srsly.msgpack_dumps(state)
+    msg["shims"][node][0] = srsly.msgpack_dumps(shim)
+    model_file.write_bytes(srsly.msgpack_dumps(msg))
