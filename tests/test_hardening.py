@@ -305,41 +305,6 @@ def test_second_run_on_an_output_refuses_naming_the_holder(tmp_path):
     assert (out / ".pretrain.lock").read_text().strip() == str(os.getpid())
 
 
-# --------------------------------------------------- 6. distributed shutdown
-def _threads_after_pretrain(rank, world_size, port, tmp, corpus):
-    """One rank of a 2-process gloo run; records the threads alive after
-    pretrain() returned (it destroyed the process group)."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
-    torch.set_num_threads(1)
-    from tests.helpers.pretrain import tiny_config
-
-    from spacy_elmo.pretrain import trainer
-
-    trainer.pretrain(tiny_config(Path(tmp), Path(corpus), max_steps=3, eval_every=2), progress=False)
-    names = sorted(Path(f"/proc/self/task/{t}/comm").read_text().strip() for t in os.listdir("/proc/self/task"))
-    Path(tmp, f"threads{rank}.json").write_text(json.dumps(names))
-
-
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread names from /proc")
-def test_distributed_run_leaves_no_gloo_thread_for_interpreter_shutdown(tmp_path):
-    """After a 2-process run, pretrain() has stopped gloo's threads: none
-    is left to take the GIL while the interpreter shuts down (the resumed
-    torchrun's SIGABRT, docs/reliability.md)."""
-    import socket
-
-    import torch.multiprocessing as mp
-    from tests.helpers.pretrain import write_corpus
-
-    corpus = write_corpus(tmp_path, 60)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_threads_after_pretrain, args=(2, port, str(tmp_path), str(corpus)), nprocs=2, join=True)
-    for rank in range(2):
-        names = json.loads((tmp_path / f"threads{rank}.json").read_text())
-        assert not [n for n in names if "gloo" in n], names
-
-
 def test_every_head_parameter_gets_a_gradient_when_a_batch_misses_a_cluster():
     """DDP runs without find_unused_parameters: a batch whose targets all
     fall in the head still gives the tail clusters a (zero) gradient, and
