@@ -2,7 +2,6 @@
 saved-pipeline files, checksums, DocBin payload validation, token lists,
 the pretraining output lock, and memory bounded by the result."""
 import io
-import json
 import os
 import pickle
 import subprocess
