@@ -44,13 +44,13 @@ Names and choices
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Sequence, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy
 
 Layer = Union[int, str]
 
-DATA = Path(__file__).parent / "resources" / "senses_en.jsonl"
+DATA = Path(__file__).parent / "resources" / "senses_en.txt"
 # Cosines within this of the best tie. Uses of a word in one spelling get the
 # same layer-0 vector (bitwise on one device; float32 batching noise elsewhere
 # moves their cosines, all near 1, only at second order), while distinct
@@ -144,30 +144,56 @@ def nearest_uses(
 
 # ------------------------------------------------------------ sense eval
 def load_senses(path: Union[str, Path, None] = None) -> List[Dict]:
-    """Read a senses dataset: JSON lines with ``word``, ``sense``, ``tokens``
-    (a list, or a whitespace-tokenised string) and ``index`` (the target
-    token). Checks that every index points at the word (ignoring case)."""
+    """Read a senses dataset (default: the packaged English set).
+
+    A ``.jsonl`` file holds JSON lines with ``word``, ``sense``, ``tokens``
+    (a list, or a whitespace-tokenised string), ``index`` (the target token)
+    and optionally ``frame`` (items sharing a frame are held out together);
+    any other file is read as crossed frames (:mod:`spacy_elmo.sense_frames`).
+    Checks that every index points at the word (ignoring case)."""
+    from .sense_frames import SenseDataError, parse_frames, read_bounded
+
     path = Path(path) if path is not None else DATA
+    text = read_bounded(path)
+    if path.suffix != ".jsonl":
+        return parse_frames(text, str(path))
     items = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        item = json.loads(line)
-        tokens = item["tokens"].split() if isinstance(item["tokens"], str) else list(item["tokens"])
-        index = int(item["index"])
-        if not 0 <= index < len(tokens) or tokens[index].lower() != item["word"].lower():
-            raise ValueError(f"{path}:{number}: index {index} does not point at {item['word']!r} in {tokens}")
-        items.append({"word": item["word"], "sense": item["sense"], "tokens": tokens, "index": index})
+        try:
+            item = json.loads(line)
+            tokens = item["tokens"].split() if isinstance(item["tokens"], str) else list(item["tokens"])
+            index = int(item["index"])
+            word, sense = item["word"], item["sense"]
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise SenseDataError(f"{path}:{number}: a line needs word, sense, tokens and index ({err})")
+        if not 0 <= index < len(tokens) or tokens[index].lower() != word.lower():
+            raise SenseDataError(f"{path}:{number}: index {index} does not point at {word!r} in {tokens}")
+        items.append({"word": word, "sense": sense, "tokens": tokens, "index": index})
+        if "frame" in item:
+            items[-1]["frame"] = str(item["frame"])
     return items
 
 
-def one_nn(vectors: numpy.ndarray, senses: Sequence[str], tolerance: float = TIE_TOLERANCE):
+def _held_out(n: int, frames: Optional[Sequence]) -> List[numpy.ndarray]:
+    """Per item, a mask of the items it may be compared with: all but itself,
+    or, with ``frames``, all but the items of its own frame."""
+    if frames is None:
+        return [numpy.arange(n) != i for i in range(n)]
+    frames = list(frames)
+    return [numpy.array([f != frames[i] for f in frames]) for i in range(n)]
+
+
+def one_nn(vectors: numpy.ndarray, senses: Sequence[str], tolerance: float = TIE_TOLERANCE, frames: Optional[Sequence] = None):
     """Leave-one-out 1-NN over the uses of one word: per item, the expected
     credit (1, 0, or 1/k for a tie across k senses; see the module docstring)
-    and whether its nearest neighbours tied across senses."""
+    and whether its nearest neighbours tied across senses. With ``frames``
+    (one label per item), leave-one-frame-out: an item's own frame is out."""
     unit = _unit(vectors)
     sims = unit @ unit.T
-    numpy.fill_diagonal(sims, -numpy.inf)
+    for i, keep in enumerate(_held_out(len(senses), frames)):
+        sims[i, ~keep] = -numpy.inf
     credits, tied = [], []
     for i, row in enumerate(sims):
         best = row.max()
@@ -177,20 +203,22 @@ def one_nn(vectors: numpy.ndarray, senses: Sequence[str], tolerance: float = TIE
     return credits, tied
 
 
-def nearest_centroid(vectors: numpy.ndarray, senses: Sequence[str], tolerance: float = TIE_TOLERANCE):
+def nearest_centroid(vectors: numpy.ndarray, senses: Sequence[str], tolerance: float = TIE_TOLERANCE, frames: Optional[Sequence] = None):
     """Leave-one-out nearest sense centroid over the uses of one word (the
     paper's word-sense method, section 5.3: each sense is represented by
     the mean vector of its uses, and a use takes the sense whose mean is
     most similar): per item, the mean of the *other* items of each sense,
     cosine to each, and the expected credit as in :func:`one_nn` (ties
-    within ``tolerance`` score 1/k)."""
+    within ``tolerance`` score 1/k). With ``frames``, leave-one-frame-out:
+    the items of an item's own frame are left out of every centroid."""
     labels = sorted(set(senses))
     index = {label: numpy.array([j for j, s in enumerate(senses) if s == label]) for label in labels}
+    keeps = _held_out(len(senses), frames)
     credits, tied = [], []
     for i, vector in enumerate(vectors):
         scores = {}
         for label in labels:
-            members = index[label][index[label] != i]
+            members = index[label][keeps[i][index[label]]]
             if len(members) == 0:
                 continue
             centroid = vectors[members].mean(axis=0)
@@ -233,7 +261,8 @@ def sense_eval(
         total, tied, per_word = 0.0, 0, {}
         for word, members in groups.items():
             vectors = numpy.stack([layer_vectors(arrays[i], layer)[items[i]["index"]] for i in members])
-            credits, ties = classify(vectors, [items[i]["sense"] for i in members])
+            frames = [items[i]["frame"] for i in members] if all("frame" in items[i] for i in members) else None
+            credits, ties = classify(vectors, [items[i]["sense"] for i in members], frames=frames)
             total += sum(credits)
             tied += sum(ties)
             per_word[word] = sum(credits) / len(credits)
@@ -271,6 +300,18 @@ def load_bilm(weights=None, options=None):
     return BiLM.from_pretrained(
         None if weights is None else str(weights), None if options is None else str(options)
     ).eval()
+
+
+def random_like(bilm, seed: int = 0):
+    """The baseline for sense figures: a biLM of ``bilm``'s shape (its
+    options) with random weights, the package's own initialisation under
+    ``torch.manual_seed(seed)``; in eval mode."""
+    import torch
+
+    from .bilm import BiLM
+
+    torch.manual_seed(seed)
+    return BiLM(bilm.options).eval()
 
 
 # ------------------------------------------------------------ commands

@@ -1,0 +1,66 @@
+"""Word-sense accuracy of a biLM against random-weights biLMs of its shape.
+
+For each method (nearest sense centroid, 1-NN) and each layer (0..L and the
+mean of the layers), the accuracy of the model on a senses set
+(default: the packaged crossed-frame set, leave-one-frame-out) and the mean,
+standard deviation, minimum and maximum over ``--seeds`` random-weights
+biLMs of the same shape (``spacy_elmo.senses.random_like``, seeds 0..N-1).
+Prints a Markdown table; ``--json FILE`` also writes the figures.
+
+    python benchmarks/senses_baseline.py [--weights W] [--data FILE] [--seeds 10] [--json out.json]
+"""
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from spacy_elmo.senses import load_bilm, random_like, sense_eval
+
+METHODS = ("centroid", "1nn")
+
+
+def accuracies(bilm, data, method):
+    return {str(r["layer"]): r["accuracy"] for r in sense_eval(bilm, data, method=method)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--weights", default=None, help="model name, directory or weights file (default: the shipped English biLM)")
+    parser.add_argument("--options", default=None)
+    parser.add_argument("--data", default=None, help="senses set (default: the packaged English set)")
+    parser.add_argument("--seeds", type=int, default=10, help="random-weights biLMs, seeds 0..N-1")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = parser.parse_args()
+    if args.seeds < 2:
+        parser.error("--seeds must be >= 2 (the spread needs two)")
+    model = load_bilm(args.weights, args.options)
+    figures = {"model": {}, "random": {}, "seeds": args.seeds}
+    for method in METHODS:
+        figures["model"][method] = accuracies(model, args.data, method)
+        runs = [accuracies(random_like(model, seed), args.data, method) for seed in range(args.seeds)]
+        figures["random"][method] = {
+            layer: {
+                "mean": statistics.mean(r[layer] for r in runs),
+                "sd": statistics.stdev(r[layer] for r in runs),
+                "min": min(r[layer] for r in runs),
+                "max": max(r[layer] for r in runs),
+                "seed0": runs[0][layer],
+            }
+            for layer in runs[0]
+        }
+    print(f"| method | layer | model | random, mean ± sd over {args.seeds} seeds | random min..max | model - random |")
+    print("|---|---|---|---|---|---|")
+    for method in METHODS:
+        for layer, value in figures["model"][method].items():
+            rand = figures["random"][method][layer]
+            name = "mean" if layer == "mix" else layer
+            print(
+                f"| {method} | {name} | {100 * value:.1f}% | {100 * rand['mean']:.1f} ± {100 * rand['sd']:.1f}% "
+                f"| {100 * rand['min']:.1f}..{100 * rand['max']:.1f}% | {100 * (value - rand['mean']):+.1f} |"
+            )
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
