@@ -5,15 +5,20 @@ mean of the layers), the accuracy of the model on a senses set
 (default: the packaged crossed-frame set, leave-one-frame-out) and the mean,
 standard deviation, minimum and maximum over ``--seeds`` random-weights
 biLMs of the same shape (``spacy_elmo.senses.random_like``, seeds 0..N-1).
-Prints a Markdown table; ``--json FILE`` also writes the figures.
+Prints a Markdown table; ``--json FILE`` also writes the figures (for the
+shipped model, with the sha256 of its weights): the shipped model's are
+``tests/fixtures/senses_shipped.json``, which ``tests/test_shipped_model.py``
+checks; rewrite it with this script whenever the shipped weights change.
 
     python benchmarks/senses_baseline.py [--weights W] [--data FILE] [--seeds 10] [--json out.json]
 """
 import argparse
+import hashlib
 import json
 import statistics
 from pathlib import Path
 
+from spacy_elmo import hub
 from spacy_elmo.senses import load_bilm, random_like, sense_eval
 
 METHODS = ("centroid", "1nn")
@@ -34,7 +39,16 @@ def main() -> None:
     if args.seeds < 2:
         parser.error("--seeds must be >= 2 (the spread needs two)")
     model = load_bilm(args.weights, args.options)
-    figures = {"model": {}, "random": {}, "seeds": args.seeds}
+    figures = {
+        "about": "Word-sense accuracy of a biLM and of random-weights biLMs of its shape (seeds 0..N-1), "
+        "leave-one-frame-out, from `python benchmarks/senses_baseline.py --seeds N --json FILE`; "
+        "for the shipped model rewrite tests/fixtures/senses_shipped.json this way whenever its weights change.",
+        "data": "the packaged set (spacy_elmo/resources/senses_en.txt)" if args.data is None else Path(args.data).name,
+    }
+    if args.weights is None:
+        weights = (hub.SHIPPED_MODEL_DIR / "weights.hdf5").read_bytes()
+        figures["weights_sha256"] = hashlib.sha256(weights).hexdigest()
+    figures.update({"model": {}, "random": {}, "seeds": args.seeds})
     for method in METHODS:
         figures["model"][method] = accuracies(model, args.data, method)
         runs = [accuracies(random_like(model, seed), args.data, method) for seed in range(args.seeds)]
@@ -59,7 +73,14 @@ def main() -> None:
                 f"| {100 * rand['min']:.1f}..{100 * rand['max']:.1f}% | {100 * (value - rand['mean']):+.1f} |"
             )
     if args.json:
-        args.json.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
+        rounded = {k: _round(v) for k, v in figures.items()}
+        args.json.write_text(json.dumps(rounded, indent=1) + "\n", encoding="utf-8")
+
+
+def _round(value):
+    if isinstance(value, dict):
+        return {k: _round(v) for k, v in value.items()}
+    return round(value, 6) if isinstance(value, float) else value
 
 
 if __name__ == "__main__":
