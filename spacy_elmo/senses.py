@@ -9,12 +9,14 @@ Two tools:
     river banks, and "bank" in "the bank raised its rates" finds money banks.
 
 ``sense_eval``
-    A word sense evaluation on a small hand-made set of ambiguous words
-    (``resources/senses_en.jsonl``: two senses a word, six sentences a
-    sense), per biLM layer and for the mean of the layers, leave-one-out:
-    by default each use takes the sense whose centroid (the mean vector of
-    its other uses) is nearest, as in the paper's word sense experiment;
-    ``method="1nn"`` takes the sense of the single nearest other use.
+    A word sense evaluation on a hand-made set of ambiguous words
+    (``resources/senses_en.txt``: 32 words, two senses a word, 8 crossed
+    frames a word; see :mod:`spacy_elmo.sense_frames`), per biLM layer and
+    for the mean of the layers, leave-one-frame-out: by default each use
+    takes the sense whose centroid (the mean vector of its uses in the
+    other frames) is nearest, as in the paper's word sense experiment;
+    ``method="1nn"`` takes the sense of the single nearest use of another
+    frame.
 
 Names and choices
 -----------------
@@ -24,10 +26,12 @@ Names and choices
   1..L: the LSTM layers) or ``"mix"``: the plain mean of all L+1 layers
   (an ELMo mix with equal weights).
 * Similarity is cosine similarity, computed in float64.
-* Leave-one-out: an item is never its own neighbour nor part of its
-  sense's centroid. Nearest centroid (default): the sense of the most
-  similar centroid. 1-NN: the sense of the most similar
-  *other* item of the same word.
+* Leave-one-frame-out: items with a ``frame`` are held out with their
+  frame (both senses' sentences of it), so what a held-out pair shares
+  says nothing about the sense; items without one, leave-one-out: an item
+  is never its own neighbour nor part of its sense's centroid. Nearest
+  centroid (default): the sense of the most similar centroid. 1-NN: the
+  sense of the most similar item of the same word left in.
 * **Ties.** Similarities within ``TIE_TOLERANCE`` of the best count as tied.
   When the tied neighbours carry several senses the prediction is a fair coin
   between those senses, and it is scored by its expectation: credit
@@ -36,10 +40,11 @@ Names and choices
   favours no sense. Layer 0 gives every use of a word the same vector (the
   dataset uses the word in one spelling, lower case), so every item is a
   two-sense tie and layer 0 scores exactly 50%: chance, by construction.
-* Chance for two balanced senses is 50%. (For vectors that are distinct but
-  carry no sense information, leave-one-out 1-NN expects slightly less:
-  ``(6 - 1) / (12 - 1)`` = 45.5% with six sentences per sense, since the
-  item's own sense has one fewer candidate left.)
+* Chance for two balanced senses is 50%. Held out by frame, each other
+  frame offers one item of each sense, so vectors that carry no sense
+  information expect 50% by either method. (Leave-one-out 1-NN on a set
+  without frames expects slightly less: ``(n - 1) / (2n - 1)`` with ``n``
+  items per sense, since the item's own sense has one fewer candidate.)
 """
 import json
 from dataclasses import dataclass

@@ -85,6 +85,11 @@ def test_dataset_is_crossed_frames():
     # No cue word (nor a word with its first letters) recurs within a sense.
     assert stem_clashes(items) == []
     assert len({tuple(it["tokens"]) for it in items}) == len(items)
+    # The tokens are spaCy's English tokens, as a user's text would be split.
+    import spacy
+
+    tokenizer = spacy.blank("en").tokenizer
+    assert [it["tokens"] for it in items] == [[t.text for t in tokenizer(" ".join(it["tokens"]))] for it in items]
 
 
 def test_frames_format_and_its_errors(tmp_path):
