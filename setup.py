@@ -12,7 +12,7 @@ setup(
     python_requires=">=3.9",
     packages=find_packages(include=["spacy_elmo", "spacy_elmo.*"]),
     include_package_data=True,
-    package_data={"spacy_elmo": ["py.typed", "models/english/*", "resources/*.jsonl"]},
+    package_data={"spacy_elmo": ["py.typed", "models/english/*", "resources/*"]},
     install_requires=[
         # torch is deliberately a range: install the build you want first
         # (see README: the CPU build on a CPU-only machine).
