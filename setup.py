@@ -33,16 +33,15 @@ setup(
         "console_scripts": ["spacy-elmo = spacy_elmo.__main__:main"],
         "spacy_factories": ["elmo = spacy_elmo.pipeline:make_elmo"],
         "spacy_architectures": [
-            "spacy_elmo.ElmoBiLM.v1 = spacy_elmo.layers.bilm_model:ElmoBiLM_v1",
-            "spacy_elmo.ElmoBiLM.v2 = spacy_elmo.layers:ElmoBiLM",
-            "spacy_elmo.ElmoListener.v1 = spacy_elmo.layers:ElmoListener",
-            "spacy_elmo.ElmoMix.v1 = spacy_elmo.layers:ElmoMix",
-            "spacy_elmo.ElmoInputOutput.v1 = spacy_elmo.layers:ElmoInputOutput",
-            "spacy_elmo.ElmoTok2Vec.v1 = spacy_elmo.layers:ElmoTok2Vec",
+            "spacy_elmo.ElmoBiLM.v2 = spacy_elmo.architectures:ElmoBiLM",
+            "spacy_elmo.ElmoListener.v1 = spacy_elmo.architectures:ElmoListener",
+            "spacy_elmo.ElmoMix.v1 = spacy_elmo.architectures:ElmoMix",
+            "spacy_elmo.ElmoInputOutput.v1 = spacy_elmo.architectures:ElmoInputOutput",
+            "spacy_elmo.ElmoTok2Vec.v1 = spacy_elmo.architectures:ElmoTok2Vec",
         ],
         "spacy_span_getters": [
-            "spacy_elmo.sent_or_strided_spans.v1 = spacy_elmo.layers:configure_sent_or_strided_spans",
-            "spacy_elmo.strided_spans.v1 = spacy_elmo.layers:configure_strided_spans",
+            "spacy_elmo.sent_or_strided_spans.v1 = spacy_elmo.architectures:configure_sent_or_strided_spans",
+            "spacy_elmo.strided_spans.v1 = spacy_elmo.architectures:configure_strided_spans",
         ],
     },
 )

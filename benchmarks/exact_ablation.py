@@ -12,11 +12,11 @@ configurations interleaved so that drift in machine speed hits all alike) for
 * ``packed+types``: packed weights, first-layer input products per word type;
 * ``packed+types+product cache``: the same with those products kept across
   calls (``BiLM.type_product_cache``, opt-in, 128 MiB here);
-* ``packed+types, tanh cell``: the same with the cell as written (three
+* ``packed, tanh cell``: packed weights with the cell as written (three
   activation calls, two of them tanh, directions one after the other),
   instead of the default packed path's sigmoid-only cell with the
   directions' elementwise work stacked
-  (``InferenceEngine(packed_cell="tanh")`` against the default ``"sigmoid"``);
+  (``cell_variants.CellEngine("tanh")`` against the library's sigmoid-only cell);
 
 each an :class:`~spacy_elmo.bilm.fast.InferenceEngine` with its switches
 set, whatever the size rule for packing
@@ -35,6 +35,7 @@ import time
 
 import typer
 
+from cell_variants import CellEngine
 from inference_speed import make_sentences
 from spacy_elmo.bilm import BiLM
 from spacy_elmo.bilm.fast import InferenceEngine, packing_supported
@@ -93,7 +94,7 @@ def main(
         "packed": InferenceEngine(packed_weights=True, type_products=False),
         "packed+types": InferenceEngine(packed_weights=True),
         "packed+types+product cache": InferenceEngine(packed_weights=True, type_product_cache_bytes=128 << 20),
-        "packed+types, tanh cell": InferenceEngine(packed_weights=True, packed_cell="tanh"),
+        "packed, tanh cell": CellEngine("tanh"),
     }
     # A copy of the model per configuration, each with its own engine.
     models = {name: model if i == 0 else copy.deepcopy(model) for i, name in enumerate(engines)}

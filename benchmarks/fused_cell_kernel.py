@@ -16,7 +16,7 @@ two variants: ``exp`` (the vectorised exp PyTorch's own sigmoid uses) and
   microseconds;
 * ``embed_sentences`` on the benchmark's 256 sentences, batch 32, word-type
   cache warm, best of ``--repeats`` interleaved rounds, with PyTorch's cell
-  and with each kernel as the engine's ``packed_cell``, and the largest difference from the
+  and with each kernel as the cell of ``cell_variants.CellEngine``, and the largest difference from the
   PyTorch cell's outputs.
 
 On a 2-core AVX2 VM (torch 2.13.0+cpu, `--shape small --repeats 5`) the
@@ -139,7 +139,7 @@ def main(
     from inference_speed import make_sentences
     from spacy_elmo.bilm.options import published_options
     from spacy_elmo.bilm import BiLM
-    from spacy_elmo.bilm.fast import InferenceEngine
+    from cell_variants import CellEngine
     from spacy_elmo.bilm.fast.packed import sigmoid_cell
 
     start = time.perf_counter()
@@ -166,7 +166,7 @@ def main(
     model = BiLM(options).eval()
     sentences = make_sentences()
     n_tokens = sum(len(s) for s in sentences)
-    engines = {name: InferenceEngine(packed_weights=True, packed_cell=variant) for name, variant in variants.items()}
+    engines = {name: CellEngine(variant) for name, variant in variants.items()}
     with torch.inference_mode():
         outputs = {}
         for name, engine in engines.items():

@@ -19,7 +19,8 @@ import statistics
 from pathlib import Path
 
 from spacy_elmo import hub
-from spacy_elmo.senses import load_bilm, random_like, sense_eval
+from spacy_elmo.senses import random_like, sense_eval
+from spacy_elmo.senses_command import load_bilm
 
 METHODS = ("centroid", "1nn")
 

@@ -58,7 +58,7 @@ def download(
     """Download a published ELMo model (or a URL) into the cache, once, and print
     where its files are. The cache is SPACY_ELMO_CACHE (default: spacy_elmo in
     the user's cache directory); SPACY_ELMO_MIRROR replaces the published base URL."""
-    from .hub import DownloadError, resolve
+    from .loading import DownloadError, resolve
 
     try:
         weights_path, options_path = resolve(name, options, progress=progress)
@@ -239,7 +239,7 @@ def neighbours(
     batch_size: int = typer.Option(64, help="Sentences per batch"),
 ) -> None:
     """Contextual nearest neighbours: the corpus uses of WORD nearest to its use in QUERY."""
-    from .senses import neighbours_command
+    from .senses_command import neighbours_command
 
     try:
         neighbours_command(query, word, corpus, k, layer, weights, options, lang, batch_size, typer.echo)
@@ -261,7 +261,8 @@ def senses(
     """Word sense accuracy per biLM layer, leave-one-out within each word: each use
     takes the sense whose other uses' mean vector is nearest (or, with --method 1nn,
     the sense of the nearest other use)."""
-    from .senses import format_table, load_bilm, sense_eval
+    from .senses import sense_eval
+    from .senses_command import format_table, load_bilm
 
     try:
         bilm = load_bilm(weights, options)

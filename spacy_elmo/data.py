@@ -25,6 +25,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import numpy
 import srsly
+from spacy.tokens import Doc, Span, Token
 
 STORES = ("layers", "vectors")
 DTYPES = ("float32", "float16")
@@ -136,3 +137,29 @@ def deserialize_elmo_data(obj, chain=None):
     if isinstance(obj, dict) and _KEY in obj:
         return ElmoData.from_dict(obj[_KEY])
     return obj if chain is None else chain(obj)
+
+
+def install_extensions() -> None:
+    """``Doc._.elmo`` (set by the ``elmo`` component) and its ``Span._.elmo`` /
+    ``Token._.elmo`` views."""
+    if not Doc.has_extension("elmo"):
+        Doc.set_extension("elmo", default=None)
+    if not Span.has_extension("elmo"):
+        Span.set_extension("elmo", getter=_span_view)
+    if not Token.has_extension("elmo"):
+        Token.set_extension("elmo", getter=_token_view)
+
+
+# Module-level getters (not lambdas): nlp.pipe(n_process=N) pickles the
+# extension table for its workers.
+def _span_view(span: Span) -> Optional[ElmoData]:
+    return _view(span.doc, span.start, span.end)
+
+
+def _token_view(token: Token) -> Optional[ElmoData]:
+    return _view(token.doc, token.i, token.i + 1)
+
+
+def _view(doc: Doc, start: int, end: int) -> Optional[ElmoData]:
+    data = doc._.elmo
+    return None if data is None else data[start:end]

@@ -35,16 +35,18 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Un
 import numpy
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
-from spacy.tokens import Doc, Span, Token
-from spacy.training import Example, validate_get_examples
+from spacy.tokens import Doc
+from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
+from . import architectures  # noqa: F401 (registers the architectures the default config names)
 from .bilm import BiLM
-from .data import DTYPES, STORES, ElmoData
-from .layers.bilm_model import get_bilm, has_bilm, set_bilm
+from .data import DTYPES, STORES, ElmoData, install_extensions
+from .layers.bilm_shim import get_bilm, has_bilm, set_bilm
 from .layers.listener import ElmoListenerLayer
-from .layers.scalar_mix import mix_weights as _mix_of
+from .layers.scalar_mix import learned_mix
+from .loading import load_bilm
 
 DEFAULT_MODEL_CONFIG = """
 [model]
@@ -58,30 +60,6 @@ window = 128
 stride = 96
 """
 DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
-
-
-def _install_extensions() -> None:
-    if not Doc.has_extension("elmo"):
-        Doc.set_extension("elmo", default=None)
-    if not Span.has_extension("elmo"):
-        Span.set_extension("elmo", getter=_span_view)
-    if not Token.has_extension("elmo"):
-        Token.set_extension("elmo", getter=_token_view)
-
-
-# Module-level getters (not lambdas): nlp.pipe(n_process=N) pickles the
-# extension table for its workers.
-def _span_view(span: Span) -> Optional[ElmoData]:
-    return _view(span.doc, span.start, span.end)
-
-
-def _token_view(token: Token) -> Optional[ElmoData]:
-    return _view(token.doc, token.i, token.i + 1)
-
-
-def _view(doc: Doc, start: int, end: int) -> Optional[ElmoData]:
-    data = doc._.elmo
-    return None if data is None else data[start:end]
 
 
 @Language.factory(
@@ -161,7 +139,7 @@ class Elmo(TrainablePipe):
         #: The factory's ``weights``/``options``: read at initialization when
         #: ``[initialize.components.elmo]`` gives none.
         self.weights_source = (weights, options)
-        _install_extensions()
+        install_extensions()
 
     # ------------------------------------------------------------ listeners
     @property
@@ -216,11 +194,35 @@ class Elmo(TrainablePipe):
         for listener in self.listeners:
             self._set_listener_dims(listener)
 
+    def load_weights(
+        self,
+        weights: Optional[Union[str, Path]] = None,
+        options: Optional[Union[str, Path]] = None,
+        *,
+        bilm: Optional[BiLM] = None,
+    ) -> None:
+        """The one route of weights into the component: the factory's
+        ``weights``, ``[initialize.components.elmo]``, first use before
+        ``nlp.initialize()`` and :func:`add_elmo` all call it. ``weights``
+        (and ``options``): a name, path or URL, read and checked once by
+        :func:`spacy_elmo.loading.load_bilm`; or a ready ``bilm``. Neither:
+        the factory's ``weights``/``options`` (None there: the shipped
+        English biLM)."""
+        if bilm is not None and (weights is not None or options is not None):
+            raise ValueError("give either weights (and options), or a bilm")
+        if bilm is None:
+            if weights is None and options is not None:
+                raise ValueError("options were given without weights")
+            if weights is None:
+                weights, options = self.weights_source
+            bilm = load_bilm(weights, options)
+        self.set_bilm(bilm)
+
     def _load_configured_bilm(self) -> None:
         """First use before ``nlp.initialize()``: load the factory's
         ``weights`` (None: the shipped English biLM)."""
         if not has_bilm(self.model):
-            self.set_bilm(BiLM.from_pretrained(*self.weights_source))
+            self.load_weights()
             self.model.initialize()
 
     # ----------------------------------------------------------- inference
@@ -255,7 +257,7 @@ class Elmo(TrainablePipe):
             losses = {}
         losses.setdefault(self.name, 0.0)
         examples = list(examples)
-        validate_examples_like(examples)
+        validate_examples(examples, "Elmo.update")
         docs = [eg.predicted for eg in examples]
         if not docs:
             return losses
@@ -320,10 +322,8 @@ class Elmo(TrainablePipe):
         validate_get_examples(get_examples, "Elmo.initialize")
         if weights is None and options is not None:
             raise ValueError("[initialize.components.elmo] gives options but no weights")
-        if weights is None and self.weights_source[0] is not None:
-            weights, options = self.weights_source
-        if weights is not None or not has_bilm(self.model):
-            self.set_bilm(BiLM.from_pretrained(weights, options))
+        if weights is not None or self.weights_source[0] is not None or not has_bilm(self.model):
+            self.load_weights(weights, options)
         else:
             self.set_bilm(get_bilm(self.model))
         doc_sample = [eg.reference for eg in islice(get_examples(), 10)]
@@ -333,11 +333,6 @@ class Elmo(TrainablePipe):
         raise NotImplementedError
 
     # ------------------------------------------------------- serialization
-    def to_disk(self, path, *, exclude=tuple()):
-        """Writes ``cfg`` and ``model`` (the biLM in the published hdf5 format,
-        with its options, inside thinc's model file)."""
-        super().to_disk(path, exclude=exclude)
-
     def from_disk(self, path, *, exclude=tuple()):
         from .bilm import OptionsError, WeightFileError
 
@@ -351,12 +346,6 @@ class Elmo(TrainablePipe):
             if has_bilm(self.model):
                 self._set_listener_dims(listener)
         return self
-
-
-def validate_examples_like(examples: List[Example]) -> None:
-    for eg in examples:
-        if not isinstance(eg, Example):
-            raise TypeError(f"Elmo.update expects Example objects, found {type(eg).__name__}")
 
 
 def add_elmo(
@@ -382,9 +371,9 @@ def add_elmo(
     if bilm is not None and (weights is not None or options is not None):
         raise ValueError("give either weights (and options), or a bilm")
     if bilm is None:
-        bilm = BiLM.from_pretrained(weights, options)
+        bilm = load_bilm(weights, options)  # before add_pipe: a bad name leaves nlp as it was
     component = nlp.add_pipe("elmo", name=name, config=config or {}, **add_pipe_kwargs)
-    component.set_bilm(bilm)
+    component.load_weights(bilm=bilm)
     component.model.initialize()
     return component
 
@@ -402,5 +391,5 @@ def mix_weights(nlp: Language) -> Dict[str, Tuple[numpy.ndarray, float]]:
             continue
         mixes = [node for node in model.walk() if node.name == "elmo_scalar_mix" and node.has_param("weights")]
         for i, node in enumerate(mixes):
-            result[name if i == 0 else f"{name}[{i}]"] = _mix_of(node)
+            result[name if i == 0 else f"{name}[{i}]"] = learned_mix(node)
     return result

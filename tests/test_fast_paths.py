@@ -163,11 +163,11 @@ def test_first_layer_input_products_per_type_equal_per_position():
         encoded, inverse, keys = model._encode_types(ids)
         rev = torch.zeros_like(inverse)
         assert keys is not None
-        assert model.engine.first_layer_products(model, encoded, inverse, rev) is not None
-        assert model.engine.first_layer_products(model, encoded, inverse, rev, keys) is not None
+        assert model.engine.first_layer_products(model.parts(), encoded, inverse, rev) is not None
+        assert model.engine.first_layer_products(model.parts(), encoded, inverse, rev, keys) is not None
         per_type = model.embed_sentences(sentences)
         model.engine.type_products = False
-        assert model.engine.first_layer_products(model, encoded, inverse, rev) is None
+        assert model.engine.first_layer_products(model.parts(), encoded, inverse, rev) is None
         per_position = model.embed_sentences(sentences)
     for a, b in zip(per_type, per_position):
         numpy.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
@@ -345,29 +345,3 @@ def test_int8_is_cpu_only():
     model = _default_init_model(packed_weights=True).cuda()
     with pytest.raises(ValueError, match="CPU only"):
         model.precision = "int8"
-
-
-def test_packed_cells_agree():
-    """The packed path's sigmoid-only cell, the cell as written (tanh) and a
-    step function given by name give the same vectors."""
-    from spacy_elmo.bilm.fast import InferenceEngine, packing_supported
-    from spacy_elmo.bilm.fast.packed import sigmoid_cell
-
-    if not packing_supported():
-        pytest.skip("this PyTorch build cannot pack fp32 weights with oneDNN")
-    model = _default_init_model()
-    outputs = {}
-    calls = []
-
-    def counting_cell(*args):
-        calls.append(1)
-        return sigmoid_cell(*args)
-
-    for cell in ("sigmoid", "tanh", counting_cell):
-        model.engine = InferenceEngine(packed_weights=True, packed_cell=cell)
-        outputs[str(cell)] = model.embed_sentences(SENTENCES)
-    assert calls
-    sigmoid = outputs.pop("sigmoid")
-    for other in outputs.values():
-        for a, b in zip(sigmoid, other):
-            numpy.testing.assert_allclose(a, b, atol=1e-5, rtol=0)

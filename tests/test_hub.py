@@ -15,7 +15,7 @@ import pytest
 import spacy
 from spacy.tokens import Doc
 
-from spacy_elmo import BiLM, hub
+from spacy_elmo import BiLM, hub, loading
 from spacy_elmo.hub import DownloadError, ModelNotFoundError
 
 from conftest import ALLENNLP, PARITY
@@ -201,12 +201,27 @@ def test_by_name_matches_the_local_files_and_second_use_reads_the_cache(server, 
     assert_same_outputs(again, local, parity_sentences)
 
 
+def test_a_fresh_download_is_read_and_checked_once(server, cache, monkeypatch):
+    """The format check the loader hands the hub keeps what it read: the
+    model gets those arrays, the file is not read a second time."""
+    from spacy_elmo.bilm import weights as weights_module
+
+    monkeypatch.setenv(hub.MIRROR_ENV, f"{server.url}/bucket")
+    real = weights_module.read_datasets
+    reads = []
+    monkeypatch.setattr(weights_module, "read_datasets", lambda *a, **k: reads.append(a[0]) or real(*a, **k))
+    BiLM.from_pretrained("small", progress=False)
+    assert len(reads) == 1 and str(reads[0]).endswith(".part")  # the staged download, before it was kept
+    BiLM.from_pretrained("small", progress=False)  # from the cache: one read
+    assert len(reads) == 2 and Path(reads[1]) == hub.published_cache_paths("small")[0]
+
+
 def test_by_url_matches_the_local_files(server, cache, parity_sentences):
     local = BiLM.from_hdf5(PARITY / "weights.hdf5", PARITY / "options.json")
     weights_url = f"{server.url}/bucket/{SMALL}/elmo_{SMALL}_weights.hdf5"
     # options guessed from the URL (_weights.hdf5 -> _options.json)
     assert_same_outputs(BiLM.from_pretrained(weights_url, progress=False), local, parity_sentences)
-    assert hub.resolve(weights_url)[0] == hub.url_cache_path(weights_url)
+    assert loading.resolve(weights_url)[0] == hub.url_cache_path(weights_url)
     assert hub.url_cache_path(weights_url).parent.parent == cache / "urls"
     # explicit options: URL or local path
     other = f"{server.url}/bucket/{MEDIUM}/elmo_{MEDIUM}_weights.hdf5"
@@ -216,7 +231,7 @@ def test_by_url_matches_the_local_files(server, cache, parity_sentences):
     with_local_options = BiLM.from_pretrained(other, ALLENNLP / "options.json", progress=False)
     assert_same_outputs(with_local_options, allennlp, parity_sentences)
     with pytest.raises(ValueError, match="options"):
-        hub.resolve(f"{server.url}/bucket/{SMALL}/something.hdf5")
+        loading.resolve(f"{server.url}/bucket/{SMALL}/something.hdf5")
     server.stop()
     assert_same_outputs(BiLM.from_pretrained(weights_url, progress=False), local, parity_sentences)
 
@@ -287,7 +302,7 @@ def test_truncated_download_raises_one_clear_error_and_caches_nothing(server, ca
 def test_corrupt_download_raises_one_clear_error_and_caches_nothing(server, cache, monkeypatch, name, problem):
     monkeypatch.setenv(hub.MIRROR_ENV, f"{server.url}/bucket/corrupt")
     with pytest.raises(DownloadError) as info:
-        hub.download(name, progress=False)
+        loading.download(name, progress=False)
     message = str(info.value)
     assert "does not load as ELMo weights" in message and problem in message
     assert hub.published_urls(name)[0] in message and ".part" not in message
@@ -298,7 +313,7 @@ def test_corrupt_download_raises_one_clear_error_and_caches_nothing(server, cach
 def test_missing_file_and_no_connection_give_the_offline_message(server, cache, monkeypatch):
     monkeypatch.setenv(hub.MIRROR_ENV, f"{server.url}/bucket")
     with pytest.raises(DownloadError, match="HTTP 404") as info:
-        hub.download("original-5.5b", progress=False)
+        loading.download("original-5.5b", progress=False)
     assert_offline_advice(str(info.value), "original-5.5b")
     dead = free_port_url()
     monkeypatch.setenv(hub.MIRROR_ENV, dead)
@@ -331,15 +346,15 @@ def test_a_mirror_can_be_a_local_directory(tmp_path, cache, parity_sentences, mo
 CONCURRENT = """
 import sys, time
 from pathlib import Path
-from spacy_elmo import hub
+from spacy_elmo import loading
 ready = Path(sys.argv[1]); ready.joinpath(sys.argv[2]).touch()
 deadline = time.time() + 120
 while len(list(ready.iterdir())) < 2 and time.time() < deadline:
     time.sleep(0.01)
 start = time.time()
-weights, options = hub.download("small", progress=False)
+weights, options = loading.download("small", progress=False)
 end = time.time()
-hub.check_files(weights, options)
+loading.check_files(weights, options)
 print(weights, start, end)
 """
 
@@ -370,18 +385,18 @@ def test_two_processes_downloading_at_once_end_with_one_good_file(server, cache,
     assert paths == {str(cache / SMALL / f"elmo_{SMALL}_weights.hdf5")}
     assert files_in(cache) == sorted([SMALL, f"{SMALL}/elmo_{SMALL}_options.json", f"{SMALL}/elmo_{SMALL}_weights.hdf5"])
     assert (cache / SMALL / f"elmo_{SMALL}_weights.hdf5").read_bytes() == (PARITY / "weights.hdf5").read_bytes()
-    if hub.fcntl is not None:  # the second process waited for the first and downloaded nothing
+    if hub.transport.fcntl is not None:  # the second process waited for the first and downloaded nothing
         assert sorted(server.requests) == sorted(f"/slow/{SMALL}/{name}" for name in hub.published_files("small"))
 
 
 def test_without_a_lock_two_downloads_still_end_with_one_good_file(server, cache, monkeypatch):
-    monkeypatch.setattr(hub, "fcntl", None)
+    monkeypatch.setattr(hub.transport, "fcntl", None)
     monkeypatch.setenv(hub.MIRROR_ENV, f"{server.url}/slow")
     results, errors = [], []
 
     def run():
         try:
-            results.append(hub.download("small", progress=False))
+            results.append(loading.download("small", progress=False))
         except Exception as err:  # pragma: no cover - reported below
             errors.append(err)
 
@@ -392,7 +407,7 @@ def test_without_a_lock_two_downloads_still_end_with_one_good_file(server, cache
         thread.join(timeout=120)
     assert not errors and len(results) == 2 and results[0] == results[1]
     assert files_in(cache) == sorted([SMALL, f"{SMALL}/elmo_{SMALL}_options.json", f"{SMALL}/elmo_{SMALL}_weights.hdf5"])
-    hub.check_files(*results[0])
+    loading.check_files(*results[0])
 
 
 # ------------------------------------------------- the shipped default, paths
@@ -403,7 +418,7 @@ def shipped(tmp_path, monkeypatch):
     folder.mkdir(parents=True)
     shutil.copy(PARITY / "weights.hdf5", folder / "weights.hdf5")
     shutil.copy(PARITY / "options.json", folder / "options.json")
-    monkeypatch.setattr(hub, "SHIPPED_MODEL_DIR", folder)
+    monkeypatch.setattr(hub.names, "SHIPPED_MODEL_DIR", folder)
     return folder
 
 
@@ -433,7 +448,7 @@ def test_the_default_is_the_shipped_model_offline(shipped, cache, no_network, pa
 
 
 def test_no_shipped_model_says_where_to_get_weights(tmp_path, monkeypatch):
-    monkeypatch.setattr(hub, "SHIPPED_MODEL_DIR", tmp_path / "missing")
+    monkeypatch.setattr(hub.names, "SHIPPED_MODEL_DIR", tmp_path / "missing")
     with pytest.raises(ModelNotFoundError) as info:
         BiLM.from_pretrained()
     message = str(info.value)

@@ -176,18 +176,6 @@ def test_frozen_elmo_keeps_the_bilm_and_the_listeners_learn():
     assert not numpy.allclose(weights, 1 / 3, atol=1e-5) and gamma != 1.0
 
 
-def test_elmo_bilm_v1_keeps_only_a_zero_grad_factor():
-    """``spacy_elmo.ElmoBiLM.v1`` (configs written before v2). Called directly:
-    an editable install made before v2 still maps the name to the v2
-    function through its stale entry points until it is reinstalled."""
-    from spacy_elmo.layers.bilm_model import ElmoBiLM_v1
-
-    model = ElmoBiLM_v1(batch_size=8, grad_factor=0.0)
-    assert model.name == "elmo_bilm" and model.attrs["batch_size"] == 8 and "grad_factor" not in model.attrs
-    with pytest.raises(ValueError, match="ElmoListener"):
-        ElmoBiLM_v1(grad_factor=1.0)
-
-
 def test_replace_listeners_keeps_grad_factor():
     """After nlp.replace_listeners the tagger's own biLM copy is fine-tuned
     with the listener's grad_factor (and not at all with 0)."""

@@ -91,7 +91,7 @@ def test_no_weights_gives_a_clear_error(tmp_path, monkeypatch):
     give weights and where to get them."""
     from spacy_elmo import hub
 
-    monkeypatch.setattr(hub, "SHIPPED_MODEL_DIR", tmp_path / "missing")
+    monkeypatch.setattr(hub.names, "SHIPPED_MODEL_DIR", tmp_path / "missing")
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo")
     with pytest.raises(ValueError, match=r"initialize.components.elmo.*'small'"):
@@ -208,7 +208,7 @@ def test_bf16_precision_is_a_config_option_and_is_saved(tmp_path):
 
 
 def _bf16():
-    from spacy_elmo.bilm.model import bf16_supported
+    from spacy_elmo.bilm.fast import bf16_supported
 
     return bf16_supported("cpu")
 
@@ -240,3 +240,44 @@ def test_int8_precision_in_the_pipeline_is_saved_and_batch_independent(tmp_path)
     loaded = spacy.load(tmp_path / "p")
     assert loaded.get_pipe("elmo").bilm.precision == "int8"
     numpy.testing.assert_allclose(loaded(texts[0])._.elmo.layers, singles[0], atol=1e-6, rtol=0)
+
+
+def test_every_weights_route_goes_through_load_weights(monkeypatch, parity_paths, parity_sentences):
+    """add_elmo, the factory's weights (at initialize and on first use) and
+    [initialize.components.elmo] all load through Elmo.load_weights, and
+    give the same biLM."""
+    from spacy_elmo import BiLM
+    from spacy_elmo.pipeline import Elmo
+
+    real = Elmo.load_weights
+    calls = []
+
+    def spy(self, *args, **kwargs):
+        calls.append(args)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Elmo, "load_weights", spy)
+    weights, options = map(str, parity_paths)
+    reference = BiLM.from_hdf5(*parity_paths).embed_sentences(parity_sentences[:2])
+    pipelines = []
+    nlp = spacy.blank("en")
+    add_elmo(nlp, weights, options)
+    pipelines.append(nlp)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": weights, "options": options})
+    nlp("First use loads the factory's weights.")
+    pipelines.append(nlp)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": weights, "options": options})
+    nlp.initialize()
+    pipelines.append(nlp)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    nlp.config["initialize"]["components"]["elmo"] = {"weights": weights, "options": options}
+    nlp.initialize()
+    pipelines.append(nlp)
+    assert len(calls) == 4
+    for nlp in pipelines:
+        got = nlp.get_pipe("elmo").bilm.embed_sentences(parity_sentences[:2])
+        for a, b in zip(got, reference):
+            numpy.testing.assert_array_equal(a, b)

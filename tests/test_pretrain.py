@@ -487,7 +487,7 @@ def test_torchrun_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
 
 
 def test_corpus_cache_round_trip_and_invalidation(tmp_path):
-    from spacy_elmo.pretrain.corpus import read_corpus
+    from spacy_elmo.pretrain.reading import read_corpus
 
     text = tmp_path / "a.txt"
     text.write_text("The cat sat on the mat .\nA dog barked twice , loudly .\n", encoding="utf-8")
@@ -503,6 +503,11 @@ def test_corpus_cache_round_trip_and_invalidation(tmp_path):
     # Other settings: their own entry.
     read_corpus([text], max_tokens=5, cache_dir=cache)
     assert len(list(cache.glob("corpus-*.npz"))) == 2
+    # Another file, same settings: its own entry and its own text.
+    other = tmp_path / "b.txt"
+    other.write_text("Birds sing .\n", encoding="utf-8")
+    assert "Birds" in read_corpus([other], max_tokens=4, cache_dir=cache).types
+    assert len(list(cache.glob("corpus-*.npz"))) == 3
     # A changed file: read again.
     text.write_text("Only one line now .\n", encoding="utf-8")
     changed = read_corpus([text], max_tokens=4, cache_dir=cache)
@@ -528,7 +533,7 @@ def test_an_inconsistent_corpus_cache_is_rebuilt_with_a_warning(tmp_path, caplog
     write, another version's file) must not give wrong windows."""
     import logging
 
-    from spacy_elmo.pretrain.corpus import read_corpus
+    from spacy_elmo.pretrain.reading import read_corpus
 
     text = write_corpus(tmp_path, 40)
     cache = tmp_path / "cache"
@@ -539,7 +544,7 @@ def test_an_inconsistent_corpus_cache_is_rebuilt_with_a_warning(tmp_path, caplog
     arrays["flat"] = arrays["flat"][: len(arrays["flat"]) // 2]  # half the tokens lost
     with open(path, "wb") as fout:
         numpy.savez(fout, **arrays)
-    with caplog.at_level(logging.WARNING, logger="spacy_elmo.pretrain.corpus"):
+    with caplog.at_level(logging.WARNING, logger="spacy_elmo.pretrain.reading"):
         again = read_corpus([text], max_tokens=4, cache_dir=cache)
     assert "ignoring the corpus cache" in caplog.text
     assert _windows(again) == _windows(fresh) and again.fingerprint() == fresh.fingerprint()
@@ -549,7 +554,8 @@ def test_an_inconsistent_corpus_cache_is_rebuilt_with_a_warning(tmp_path, caplog
 def test_a_failed_corpus_cache_write_costs_a_warning_and_leaves_no_temporary_file(tmp_path, monkeypatch, caplog):
     import logging
 
-    from spacy_elmo.pretrain import corpus as corpus_module
+    from spacy_elmo.pretrain import corpus_cache
+    from spacy_elmo.pretrain.reading import read_corpus
 
     text = write_corpus(tmp_path, 40)
     cache = tmp_path / "cache"
@@ -558,15 +564,15 @@ def test_a_failed_corpus_cache_write_costs_a_warning_and_leaves_no_temporary_fil
         fout.write(b"PK\x03\x04 half a zip")
         raise RuntimeError("disk full half-way")
 
-    monkeypatch.setattr(corpus_module.numpy, "savez", savez)
-    with caplog.at_level(logging.WARNING, logger="spacy_elmo.pretrain.corpus"):
-        read = corpus_module.read_corpus([text], max_tokens=4, cache_dir=cache)
+    monkeypatch.setattr(corpus_cache.numpy, "savez", savez)
+    with caplog.at_level(logging.WARNING, logger="spacy_elmo.pretrain.reading"):
+        read = read_corpus([text], max_tokens=4, cache_dir=cache)
     assert len(read) > 0 and "could not write the corpus cache" in caplog.text
     assert list(cache.iterdir()) == []
 
 
 def test_only_the_writing_rank_writes_the_corpus_cache(tmp_path):
-    from spacy_elmo.pretrain.corpus import read_corpus
+    from spacy_elmo.pretrain.reading import read_corpus
 
     text = write_corpus(tmp_path, 40)
     cache = tmp_path / "cache"
@@ -581,7 +587,8 @@ def test_concurrent_corpus_cache_writes_never_expose_a_partial_file(tmp_path):
     on two machines sharing the output can): every read sees a whole file."""
     import threading
 
-    from spacy_elmo.pretrain.corpus import load_corpus, read_corpus, save_corpus
+    from spacy_elmo.pretrain.corpus_cache import load_corpus, save_corpus
+    from spacy_elmo.pretrain.reading import read_corpus
 
     text = write_corpus(tmp_path, 400)
     corpus = read_corpus([text], max_tokens=4)

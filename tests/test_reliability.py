@@ -201,9 +201,6 @@ def saved_pipeline(tmp_path):
         (lambda s: s["options"]["lstm"].__setitem__("n_layers", 10**6), OptionsError, r"lstm\.n_layers must be in"),
         (lambda s: s["options"]["lstm"].__setitem__("cell_clip", float("nan")), OptionsError, r"lstm\.cell_clip"),
         (lambda s: s.pop("options"), OptionsError, "holds no biLM options"),
-        (lambda s: s.__setitem__("token_cache_size", "abc"), WeightFileError, "token_cache_size must be an integer"),
-        (lambda s: s.__setitem__("token_cache_size", 10**12), WeightFileError, "token_cache_size must be an integer"),
-        (lambda s: s.__setitem__("precision", "fp8"), WeightFileError, "'precision' must be one of"),
         (lambda s: s.pop("weights"), WeightFileError, "holds no weights"),
     ],
 )
@@ -269,6 +266,24 @@ def test_bad_token_cache_size_fails_at_construction():
     for value in ("abc", -1, 10**12, 1.5, True):
         with pytest.raises(ValueError, match="token_cache_size must be an integer"):
             BiLM(small_options(), token_cache_size=value)
+
+
+def test_inference_settings_come_from_the_config_and_survive_a_save(tmp_path):
+    """precision and token_cache_size are config fields of ElmoBiLM.v2,
+    checked when the model is made and applied to every biLM it gets (also
+    the one a saved pipeline reads back, whose bytes hold only the weights)."""
+    from spacy_elmo.layers import ElmoBiLM
+
+    for value in ("abc", 10**12):
+        with pytest.raises(ValueError, match="token_cache_size must be an integer"):
+            ElmoBiLM(token_cache_size=value)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        ElmoBiLM(precision="fp8")
+    nlp = spacy.blank("en")
+    add_elmo(nlp, bilm=random_model(0), config={"model": {"token_cache_size": 7}})
+    assert nlp.get_pipe("elmo").bilm.token_cache.max_size == 7
+    nlp.to_disk(tmp_path / "p")
+    assert spacy.load(tmp_path / "p").get_pipe("elmo").bilm.token_cache.max_size == 7
 
 
 # ------------------------------------------------------- 4./5./6. pretraining

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
 from spacy_elmo.sense_frames import SenseDataError, parse_frames, stem_clashes
-from spacy_elmo.senses import DATA, load_bilm, load_senses, nearest_centroid, nearest_uses, one_nn, sense_eval
+from spacy_elmo.senses import DATA, load_senses, nearest_centroid, nearest_uses, one_nn, random_like, sense_eval
+from spacy_elmo.senses_command import format_table, load_bilm
 
 
 @pytest.fixture(scope="module")
@@ -259,7 +260,7 @@ def test_load_bilm_takes_what_embed_takes(monkeypatch, parity_paths, tmp_path):
     shipped.mkdir()
     for path, name in zip(parity_paths, ("weights.hdf5", "options.json")):
         (shipped / name).write_bytes(path.read_bytes())
-    monkeypatch.setattr(hub, "SHIPPED_MODEL_DIR", shipped)
+    monkeypatch.setattr(hub.names, "SHIPPED_MODEL_DIR", shipped)
     assert load_bilm().options.to_dict() == BiLM.from_hdf5(*parity_paths).options.to_dict()
     with pytest.raises(ValueError, match="--options needs --weights"):
         load_bilm(options=parity_paths[1])
@@ -267,7 +268,7 @@ def test_load_bilm_takes_what_embed_takes(monkeypatch, parity_paths, tmp_path):
 
 def test_cli(tmp_path, parity_paths, monkeypatch):
     # Whitespace tokens here: spacy.blank loads every installed spaCy plugin, slow in a test.
-    monkeypatch.setattr("spacy_elmo.senses.make_tokenizer", lambda lang: str.split)
+    monkeypatch.setattr("spacy_elmo.senses_command.make_tokenizer", lambda lang: str.split)
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("She opened an account at the bank .\nNo use here .\nWe sat on the bank of the river .\n", encoding="utf-8")
     weights = ["--weights", str(parity_paths[0]), "--options", str(parity_paths[1])]
@@ -285,4 +286,7 @@ def test_cli(tmp_path, parity_paths, monkeypatch):
     assert result.exit_code == 0, result.output
     baseline = runner.invoke(app, ["senses", "--data", str(data), "--random-weights"] + weights)
     assert baseline.exit_code == 0 and baseline.output != result.output, baseline.output
+    # The command's baseline is the one the figures use: random_like(model, seed 0).
+    expected = format_table(sense_eval(random_like(load_bilm(*parity_paths), seed=0), data))
+    assert baseline.output.strip() == expected.strip()
     assert "50.0%" in result.output.splitlines()[1] and " 24 " in result.output and "mean" in result.output

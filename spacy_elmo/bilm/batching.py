@@ -4,9 +4,15 @@
 and the thinc layer's training forward
 (:mod:`spacy_elmo.layers.bilm_model`) both run sentences through the biLM
 in batches of similar length: :func:`map_batches` is that loop, the two
-differ only in what they do with one batch.
+differ only in what they do with one batch, and :func:`embed_batch` runs
+one batch for both.
 """
-from typing import Callable, List, Optional, Sequence, TypeVar
+from typing import Callable, List, Optional, Sequence, Tuple, TypeVar
+
+import numpy
+import torch
+
+from .chars import batch_to_char_ids
 
 T = TypeVar("T")
 
@@ -46,3 +52,15 @@ def map_batches(
         for index, result in zip(rows, batch_results):
             results[index] = result
     return results
+
+
+def embed_batch(bilm, batch: List[Sequence[str]], call: Callable) -> Tuple[List[numpy.ndarray], object]:
+    """One batch of sentences through ``call`` (the biLM, or a wrapper of it
+    such as the thinc shim's training call; it takes char ids and returns a
+    :class:`~spacy_elmo.bilm.model.BiLMOutput`): each sentence's layers
+    (L+1, n_tokens, dim) as a float32 view without its boundaries, and the
+    output itself."""
+    char_ids, _ = batch_to_char_ids(batch, bilm.options.max_characters_per_token)
+    output = call(torch.from_numpy(char_ids).to(bilm.device))
+    stacked = torch.stack(output.layers, dim=1).detach().float().cpu().numpy()  # (B, L+1, T, dim)
+    return [stacked[row, :, 1 : len(s) + 1] for row, s in enumerate(batch)], output

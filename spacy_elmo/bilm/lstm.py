@@ -147,8 +147,7 @@ class BiProjectedLSTMLayer(nn.Module):
         w_hh = self.weight_hh.transpose(1, 2)
         # One view per step, made by a single unbind: indexing ``xw[:, t]``
         # instead would make every step's backward allocate and fill a
-        # zero gradient of the whole of ``xw`` (quadratic in the length;
-        # that was 70% of a small-shape training step).
+        # zero gradient of the whole of ``xw`` (quadratic in the length).
         steps = xw.unbind(1)
         outputs = []
         for t, n in enumerate(n_active):

@@ -1,25 +1,19 @@
 """The biLM: token encoder + forward and backward LSTM stacks -> L+1 layers."""
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy
 import torch
 from torch import nn
 
-from .batching import map_batches
-from .chars import batch_to_char_ids
-from .fast.engine import PRECISIONS, InferenceEngine, bf16_supported, check_precision  # noqa: F401
-from .fast.token_cache import (  # noqa: F401 (check_token_cache_size: used by the thinc layer)
-    MAX_TOKEN_CACHE_SIZE,
-    ThreadLock,
-    TokenCache,
-    TypeProductCache,
-    check_token_cache_size,
-)
+from .batching import embed_batch, map_batches
+from .fast.engine import InferenceEngine, ModelParts, check_precision
+from .fast.token_cache import ThreadLock, TokenCache, TypeProductCache
 from .lstm import BiProjectedLSTMLayer, State
 from .options import BiLMOptions
 from .token_encoder import CharCNNEncoder
+from .weights import load_datasets, read_checked, save_hdf5
 
 PathLike = Union[str, Path]
 
@@ -38,6 +32,57 @@ def reverse_index(lengths: torch.Tensor, n_steps: int) -> torch.Tensor:
     steps = torch.arange(n_steps, device=lengths.device).unsqueeze(0)
     lengths = lengths.unsqueeze(1)
     return torch.where(steps < lengths, lengths - 1 - steps, steps)
+
+
+class _SortedRows:
+    """A batch's rows sorted by length, longest first (stable), cut to the
+    longest length: the order, the lengths, the within-length reversal of
+    the backward direction, and the way back to the caller's order."""
+
+    def __init__(self, char_ids: torch.Tensor) -> None:
+        #: (B, T) True at real positions (boundary tokens too), caller's order.
+        self.mask = (char_ids > 0).any(dim=-1)
+        lengths = self.mask.sum(dim=1)
+        self.order = torch.argsort(lengths, descending=True, stable=True)
+        sorted_lengths = lengths[self.order]
+        #: Sorted lengths, as Python ints (the recurrences' active rows).
+        self.lengths: List[int] = sorted_lengths.tolist()
+        self.n_steps = int(self.lengths[0]) if self.lengths else 0
+        self.sorted_mask = self.mask[self.order, : self.n_steps]
+        self.rev = reverse_index(sorted_lengths, self.n_steps)
+
+    def reverse(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, dim) rows reversed within their lengths."""
+        return x.gather(1, self.rev.unsqueeze(-1).expand_as(x))
+
+    def unsort(self, x: torch.Tensor, full: int) -> torch.Tensor:
+        """(B, T, dim) back in the caller's row order, padded to ``full`` steps."""
+        unsort = torch.empty_like(self.order)
+        unsort[self.order] = torch.arange(self.order.shape[0], device=self.order.device)
+        x = x[unsort]
+        if x.shape[1] < full:
+            x = nn.functional.pad(x, (0, 0, 0, full - x.shape[1]))
+        return x
+
+
+class _ExactRun:
+    """The exact modules, behind the engine's interface: what
+    :meth:`BiLM._forward` runs with autograd on (training, gradients)."""
+
+    @staticmethod
+    def encode_types(parts: ModelParts, unique: torch.Tensor):
+        return parts.token_encoder(unique), None
+
+    @staticmethod
+    def first_layer_products(parts: ModelParts, *args) -> None:
+        return None
+
+    @staticmethod
+    def run_layer(parts: ModelParts, index: int, inputs, lengths, state, input_products=None):
+        return parts.layers[index](inputs, lengths, state)
+
+
+_EXACT = _ExactRun()
 
 
 class BiLM(nn.Module):
@@ -68,7 +113,6 @@ class BiLM(nn.Module):
         super().__init__()
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), found {dropout}")
-        check_token_cache_size(token_cache_size)
         #: Dropout on the input of every LSTM layer, in training mode only
         #: (bilm-tf's DropoutWrapper on the cell inputs). Inference ignores it.
         self.dropout = dropout
@@ -90,16 +134,21 @@ class BiLM(nn.Module):
             for _ in range(options.n_layers)
         )
         self.stateful = stateful
-        #: How inference (autograd off) runs: precision, fast paths and
-        #: word-type caches; see :mod:`spacy_elmo.bilm.fast.engine`.
+        #: How inference (autograd off) runs, the one home of the inference
+        #: settings: precision, fast paths and word-type caches (validated
+        #: there); see :mod:`spacy_elmo.bilm.fast.engine`.
         self.engine = InferenceEngine(token_cache_size=token_cache_size)
         self._states: Optional[List[State]] = None
         #: Serializes calls in stateful mode only (see :meth:`forward`).
         self._stateful_lock = ThreadLock()
 
-    # ------------------------------------------------------------------ info
-    PRECISIONS = PRECISIONS
+    #: How :meth:`from_pretrained` loads a model by name, path or URL:
+    #: ``loader(name, options, progress=..., **kwargs)``. The package sets
+    #: :func:`spacy_elmo.loading.load_bilm` (the hub lives outside ``bilm``,
+    #: which imports nothing above it).
+    pretrained_loader: ClassVar[Optional[Callable[..., "BiLM"]]] = None
 
+    # ------------------------------------------------------------------ info
     @property
     def precision(self) -> str:
         """``"fp32"`` (exact, the default), or an opt-in fast path for inference:
@@ -143,20 +192,33 @@ class BiLM(nn.Module):
     def device(self) -> torch.device:
         return self.token_encoder.char_embedding.weight.device
 
+    def parts(self) -> ModelParts:
+        """What the inference engine is given: the modules and the mode."""
+        return ModelParts(
+            self.token_encoder,
+            self.layers,
+            self.options.use_skip_connections,
+            self.training,
+            self.training and self.dropout > 0,
+        )
+
     # ------------------------------------------------------------ weights io
+    @classmethod
+    def from_datasets(cls, options: BiLMOptions, arrays: Dict[str, numpy.ndarray], **kwargs) -> "BiLM":
+        """A biLM of ``options`` holding the published datasets ``arrays``
+        (as :func:`~spacy_elmo.bilm.weights.read_datasets` read and checked
+        them)."""
+        model = cls(options, **kwargs)
+        load_datasets(model, arrays)
+        return model
+
     @classmethod
     def from_hdf5(cls, weights_path: PathLike, options_path: PathLike, **kwargs) -> "BiLM":
         """Load a biLM in the published bilm-tf/AllenNLP format. The options
         are validated and the weight file read and checked against them
         before the model is allocated, so a bad pair costs no more memory
         than the file holds."""
-        from .weights import load_hdf5, read_datasets
-
-        options = BiLMOptions.from_file(options_path)
-        arrays = read_datasets(weights_path, options)
-        model = cls(options, **kwargs)
-        load_hdf5(model, weights_path, arrays)
-        return model
+        return cls.from_datasets(*read_checked(weights_path, options_path), **kwargs)
 
     @classmethod
     def from_pretrained(
@@ -165,15 +227,14 @@ class BiLM(nn.Module):
         """A biLM by name, path or URL: ``None``/``"english"`` (shipped with the
         package), ``"small"``, ``"medium"``, ``"original"``, ``"original-5.5b"``
         (AllenNLP's published English ELMo, downloaded once into the cache), a
-        directory or weights file, or an http(s) URL. See :mod:`spacy_elmo.hub`."""
-        from ..hub import resolve
-
-        return cls.from_hdf5(*resolve(name, options, progress=progress), **kwargs)
+        directory or weights file, or an http(s) URL; through
+        :attr:`pretrained_loader` (:func:`spacy_elmo.loading.load_bilm`)."""
+        if cls.pretrained_loader is None:
+            raise RuntimeError("no loader for names and URLs: import spacy_elmo, or use BiLM.from_hdf5")
+        return cls.pretrained_loader(name, options, progress=progress, **kwargs)
 
     def to_hdf5(self, weights_path: PathLike, options_path: PathLike) -> None:
         """Export to the published format (weights hdf5 + options JSON)."""
-        from .weights import save_hdf5
-
         save_hdf5(self, weights_path)
         self.options.to_file(options_path)
 
@@ -209,33 +270,6 @@ class BiLM(nn.Module):
         self._states = stored
 
     # --------------------------------------------------------------- forward
-    def encode_tokens(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """Token encodings (..., projection_dim) of char ids (..., max_chars).
-
-        Each distinct token is encoded once per call (exact: the encoder is
-        context-free); in inference the word-type cache also serves tokens
-        seen in earlier calls.
-        """
-        lead = char_ids.shape[:-1]
-        if char_ids.numel() == 0:
-            return self.token_encoder(char_ids)
-        encoded, inverse, _ = self._encode_types(char_ids)
-        return encoded.index_select(0, inverse.reshape(-1)).reshape(*lead, -1)
-
-    def _encode_types(self, char_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, Optional[List[bytes]]]:
-        """The encodings (n_types, projection_dim) of the distinct tokens of
-        non-empty ``char_ids``, each token's type index (its leading shape),
-        and the types' cache keys (None where the word-type cache is not
-        used: autograd on, training mode, or ``token_cache.max_size == 0``)."""
-        flat = char_ids.reshape(-1, char_ids.shape[-1])
-        unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
-        if torch.is_grad_enabled():
-            encoded, keys = self.token_encoder(unique), None
-        else:
-            encoded, keys = self.engine.encode_types(self, unique)
-        weight = self.token_encoder.char_embedding.weight
-        return encoded.to(weight.dtype), inverse.reshape(char_ids.shape[:-1]), keys
-
     def clear_caches(self) -> None:
         """Empty the word-type caches (token encodings and first-layer input
         products), e.g. to time a cold start; outputs do not change."""
@@ -254,72 +288,70 @@ class BiLM(nn.Module):
         return self._forward(char_ids)
 
     def _forward(self, char_ids: torch.Tensor) -> BiLMOutput:
+        """Peters et al. (2018), section 3: token encodings x_k (layer 0 is
+        ``[x; x]``), then L layers of forward and backward LSTMs over them,
+        each layer's output ``[h_fwd; h_bwd]``, with residual connections
+        around every layer but the first. Rows run sorted longest first
+        (each step works on a prefix of the batch); the backward LSTM reads
+        each row reversed within its length. The one hand-off: with
+        autograd off, :attr:`engine` encodes and runs the layers (fast
+        paths, caches); with autograd on, the exact modules do."""
         if char_ids.dim() != 3:
             raise ValueError(f"char_ids must be (batch, tokens, chars), found shape {tuple(char_ids.shape)}")
-        if self.precision == "int8" and char_ids.device.type != "cpu":
-            raise ValueError(f"precision='int8' runs on CPU only; got input on {char_ids.device}")
-        mask = (char_ids > 0).any(dim=-1)
-        lengths = mask.sum(dim=1)
-        batch, n_steps = mask.shape
-        # Sort rows longest first, so each step works on a prefix of the batch.
-        order = torch.argsort(lengths, descending=True, stable=True)
-        sorted_lengths = lengths[order]
-        lengths_list = sorted_lengths.tolist()
-        n_steps = int(lengths_list[0]) if batch else 0
-        sorted_ids = char_ids[order, :n_steps]
+        run = _EXACT if torch.is_grad_enabled() else self.engine
+        parts = self.parts()
+        rows = _SortedRows(char_ids)
+        ids = char_ids[rows.order, : rows.n_steps]
 
-        rev = reverse_index(sorted_lengths, n_steps)
-        # Without autograd, the engine runs the layers (fast paths, caches).
-        engine = None if torch.is_grad_enabled() else self.engine
-        first_products = None
-        if sorted_ids.numel() == 0:
-            tokens = self.token_encoder(sorted_ids)
-        else:
-            encoded, inverse, keys = self._encode_types(sorted_ids)
-            tokens = encoded.index_select(0, inverse.reshape(-1)).view(batch, n_steps, -1)
-            if engine is not None:
-                first_products = engine.first_layer_products(self, encoded, inverse, rev, keys)
-        tokens = tokens * mask[order, :n_steps].unsqueeze(-1)
-        backward_tokens = tokens.gather(1, rev.unsqueeze(-1).expand_as(tokens))
-        # (2, T, B, dim), time-major for the recurrence.
-        x = torch.stack([tokens, backward_tokens]).transpose(1, 2)
-
-        states = self._initial_states(order, x)
-        finals = []
+        tokens, first_products = self._encode(run, parts, ids, rows)
+        x = torch.stack([tokens, rows.reverse(tokens)]).transpose(1, 2)  # (2, T, B, dim), time-major
+        states = self._initial_states(rows.order, x)
         outputs = [torch.cat([tokens, tokens], dim=-1)]
+        finals = []
         for index, layer in enumerate(self.layers):
             layer_in = nn.functional.dropout(x, self.dropout, self.training) if self.dropout else x
             state = None if states is None else states[index]
-            products = first_products if index == 0 else None
-            # Drop our reference so that the first layer's input products
-            # (as large as a layer's gate pre-activations) are freed before
-            # the next layer makes its own (peak RSS for 10,000 Brown docs on
-            # the packed small shape: 1,350 -> 1,204 MiB, README "Memory").
+            out, final = run.run_layer(parts, index, layer_in, rows.lengths, state, first_products)
+            # Only the first layer has them; dropping the reference frees them
+            # (as large as a layer's gate pre-activations) before the next layer.
             first_products = None
-            if engine is None:
-                out, final = layer(layer_in, lengths_list, state)
-            else:
-                out, final = engine.run_layer(self, index, layer_in, lengths_list, state, products)
             finals.append(final)
             if index > 0 and self.options.use_skip_connections:
                 out = out + x
             x = out
             by_batch = out.transpose(1, 2)  # (2, B, T, dim)
-            backward = by_batch[1].gather(1, rev.unsqueeze(-1).expand_as(by_batch[1]))
-            outputs.append(torch.cat([by_batch[0], backward], dim=-1))
+            outputs.append(torch.cat([by_batch[0], rows.reverse(by_batch[1])], dim=-1))
         if self.stateful:
-            self._store_states(order, finals)
+            self._store_states(rows.order, finals)
+        return BiLMOutput(layers=[rows.unsort(layer, char_ids.shape[1]) for layer in outputs], mask=rows.mask)
 
-        unsort = torch.empty_like(order)
-        unsort[order] = torch.arange(batch, device=order.device)
-        full = char_ids.shape[1]
-        layers = []
-        for layer_out in outputs:
-            layer_out = layer_out[unsort]
-            if layer_out.shape[1] < full:
-                layer_out = nn.functional.pad(layer_out, (0, 0, 0, full - layer_out.shape[1]))
-            layers.append(layer_out)
-        return BiLMOutput(layers=layers, mask=mask)
+    def _encode(self, run, parts: ModelParts, ids: torch.Tensor, rows: "_SortedRows"):
+        """Token encodings (B, T, dim) of the sorted ``ids`` (zero at padding),
+        each distinct token encoded once, and the first LSTM layer's input
+        products where ``run`` makes them per word type."""
+        if ids.numel() == 0:
+            return self.token_encoder(ids), None
+        encoded, inverse, keys = self._encode_types(ids, run)
+        tokens = encoded.index_select(0, inverse.reshape(-1)).view(*ids.shape[:2], -1)
+        first_products = run.first_layer_products(parts, encoded, inverse, rows.rev, keys)
+        return tokens * rows.sorted_mask.unsqueeze(-1), first_products
+
+    def _encode_types(
+        self, char_ids: torch.Tensor, run=None
+    ) -> Tuple[torch.Tensor, torch.Tensor, Optional[List[bytes]]]:
+        """The encodings (n_types, projection_dim) of the distinct tokens of
+        non-empty ``char_ids``, each token's type index (its leading shape),
+        and the types' cache keys (None where the word-type cache is not
+        used: autograd on, training mode, or ``token_cache.max_size == 0``).
+        ``run``: the exact modules or the engine (None: as :meth:`forward`
+        chooses)."""
+        if run is None:
+            run = _EXACT if torch.is_grad_enabled() else self.engine
+        flat = char_ids.reshape(-1, char_ids.shape[-1])
+        unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
+        encoded, keys = run.encode_types(self.parts(), unique)
+        weight = self.token_encoder.char_embedding.weight
+        return encoded.to(weight.dtype), inverse.reshape(char_ids.shape[:-1]), keys
 
     # ------------------------------------------------------------ sentences
     def embed_sentences(
@@ -336,13 +368,9 @@ class BiLM(nn.Module):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, found {batch_size}")
         sentences = [list(s) for s in sentences]
-        device = self.device
 
         def run_batch(batch: List[List[str]]) -> List[numpy.ndarray]:
-            char_ids, _ = batch_to_char_ids(batch, self.options.max_characters_per_token)
-            output = self(torch.from_numpy(char_ids).to(device))
-            stacked = torch.stack(output.layers, dim=1).float().cpu().numpy()
-            return [numpy.ascontiguousarray(stacked[row, :, 1 : len(s) + 1]) for row, s in enumerate(batch)]
+            return [numpy.ascontiguousarray(rows) for rows in embed_batch(self, batch, self)[0]]
 
         with torch.inference_mode():
             results = map_batches(sentences, batch_size, run_batch, by_length=not self.stateful)

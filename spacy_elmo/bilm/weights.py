@@ -17,7 +17,7 @@ Weights are right-multiplied (``x W``) as in TensorFlow; the forget gate's
 +1.0 is added at run time and never stored.
 """
 from pathlib import Path
-from typing import BinaryIO, Dict, Iterator, Optional, Tuple, Union
+from typing import BinaryIO, Dict, Iterator, Tuple, Union
 
 import numpy
 import torch
@@ -149,10 +149,17 @@ def read_datasets(source: Union[PathLike, BinaryIO], model) -> Dict[str, numpy.n
     return arrays
 
 
-def load_hdf5(model, path: PathLike, arrays: Optional[Dict[str, numpy.ndarray]] = None) -> None:
-    """Copy the weights at ``path`` (or the already read ``arrays`` of
-    :func:`read_datasets`) into ``model`` (a :class:`~spacy_elmo.bilm.BiLM`)."""
-    a = read_datasets(path, model) if arrays is None else arrays
+def read_checked(weights: Union[PathLike, BinaryIO], options: PathLike) -> Tuple[BiLMOptions, Dict[str, numpy.ndarray]]:
+    """The options file, validated, and the weight file's datasets, read and
+    checked against them (:func:`read_datasets`): all a model needs, before
+    it is allocated."""
+    parsed = BiLMOptions.from_file(options)
+    return parsed, read_datasets(weights, parsed)
+
+
+def load_datasets(model, a: Dict[str, numpy.ndarray]) -> None:
+    """Copy the datasets ``a`` (as :func:`read_datasets` returns them) into
+    ``model`` (a :class:`~spacy_elmo.bilm.BiLM`)."""
     o = model.options
     enc = model.token_encoder
     t = lambda x: torch.from_numpy(numpy.ascontiguousarray(x))  # noqa: E731

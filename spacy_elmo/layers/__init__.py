@@ -1,8 +1,10 @@
-"""thinc glue: the biLM over Docs, listeners, the scalar mix, span getters."""
-from .bilm_model import BiLMShim, ElmoBiLM, get_bilm, has_bilm, set_bilm
+"""thinc glue: the biLM over Docs, listeners, the scalar mix, span getters.
+Their registered names are listed in :mod:`spacy_elmo.architectures`."""
+from .bilm_model import ElmoBiLM
+from .bilm_shim import BiLMShim, get_bilm, has_bilm, set_bilm
 from .elmo_tok2vec import ElmoTok2Vec
 from .listener import BiLMWithGradFactor, ElmoInputOutput, ElmoListener, ElmoListenerLayer, ElmoMix
-from .scalar_mix import ScalarMix, mix_weights
+from .scalar_mix import ScalarMix, learned_mix
 from .span_getters import configure_sent_or_strided_spans, configure_strided_spans
 
 __all__ = [
@@ -19,6 +21,6 @@ __all__ = [
     "configure_strided_spans",
     "get_bilm",
     "has_bilm",
-    "mix_weights",
+    "learned_mix",
     "set_bilm",
 ]

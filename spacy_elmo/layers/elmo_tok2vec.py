@@ -27,14 +27,12 @@ the biLM runs once per batch for all components.
 from typing import List, Optional
 
 from spacy.tokens import Doc
-from spacy.util import registry
 from thinc.api import Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d
 
 from .listener import ElmoListener
 
 
-@registry.architectures("spacy_elmo.ElmoTok2Vec.v1")
 def ElmoTok2Vec(
     embed: Model[List[Doc], List[Floats2d]],
     encode: Model[List[Floats2d], List[Floats2d]],

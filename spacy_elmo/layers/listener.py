@@ -21,7 +21,6 @@ least one receiver has ``grad_factor > 0`` (and the ``elmo`` component is not
 from typing import Callable, List, Optional
 
 from spacy.tokens import Doc
-from spacy.util import registry
 from thinc.api import Dropout, Linear, Model, chain, concatenate, with_array
 from thinc.types import Floats2d, Floats3d
 
@@ -113,7 +112,6 @@ def build_mix(
     return model
 
 
-@registry.architectures("spacy_elmo.ElmoListener.v1")
 def ElmoListener(
     upstream: str = "*",
     grad_factor: float = 0.0,
@@ -133,7 +131,6 @@ def ElmoListener(
     return build_mix(ElmoListenerLayer(upstream, grad_factor), layer_norm, l2, dropout, width)
 
 
-@registry.architectures("spacy_elmo.ElmoMix.v1")
 def ElmoMix(
     bilm: Model[List[Doc], List[Floats3d]],
     layer_norm: bool = False,
@@ -184,7 +181,6 @@ def _grad_factor_forward(model: Model, docs: List[Doc], is_train: bool):
     return outputs, scaled_backprop
 
 
-@registry.architectures("spacy_elmo.ElmoInputOutput.v1")
 def ElmoInputOutput(
     input_elmo: Model[List[Doc], List[Floats2d]],
     encoder: Model[List[Floats2d], List[Floats2d]],

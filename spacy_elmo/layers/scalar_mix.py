@@ -59,7 +59,7 @@ def init(model: Model, X: Optional[List[Floats3d]] = None, Y=None) -> None:
     model.set_param("gamma", gamma)
 
 
-def mix_weights(model: Model) -> Tuple[numpy.ndarray, float]:
+def learned_mix(model: Model) -> Tuple[numpy.ndarray, float]:
     """(softmax weights s_j as a numpy array, gamma as a float) of a ScalarMix."""
     s = torch.softmax(_as_tensor(model.get_param("weights")), dim=0)
     gamma = model.ops.to_numpy(model.get_param("gamma"))

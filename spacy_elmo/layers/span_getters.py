@@ -18,13 +18,8 @@ gets zero vectors.
 """
 from typing import Callable, Iterable, List, Tuple
 
-import catalogue
 import numpy
 from spacy.tokens import Doc, Span
-from spacy.util import registry
-
-if not hasattr(registry, "span_getters"):
-    registry.span_getters = catalogue.create("spacy", "span_getters", entry_points=True)  # type: ignore[attr-defined]
 
 SpanGetter = Callable[[Iterable[Doc]], List[List[Span]]]
 
@@ -66,7 +61,6 @@ class SentOrStridedSpans:
         return result
 
 
-@registry.span_getters("spacy_elmo.sent_or_strided_spans.v1")  # type: ignore[attr-defined]
 def configure_sent_or_strided_spans(window: int = 128, stride: int = 96) -> SpanGetter:
     """Sentences when the Doc has sentence boundaries (split into strided
     windows when longer than ``window``), otherwise strided windows of
@@ -74,7 +68,6 @@ def configure_sent_or_strided_spans(window: int = 128, stride: int = 96) -> Span
     return SentOrStridedSpans(window, stride, use_sents=True)
 
 
-@registry.span_getters("spacy_elmo.strided_spans.v1")  # type: ignore[attr-defined]
 def configure_strided_spans(window: int = 128, stride: int = 96) -> SpanGetter:
     """Strided windows over the whole Doc, ignoring sentence boundaries."""
     return SentOrStridedSpans(window, stride, use_sents=False)

@@ -5,7 +5,8 @@ docs/pretraining.md.
 """
 from .checkpoint import load_checkpoint
 from .config import PretrainConfig
-from .corpus import Corpus, CorpusStats, read_corpus
+from .corpus import Corpus, CorpusStats
+from .reading import read_corpus
 from .errors import PretrainError
 from .export import export, export_pipeline
 from .model import PretrainModel

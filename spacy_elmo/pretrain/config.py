@@ -8,7 +8,8 @@ builds its options (defaults included) from these fields.
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+#: Training precisions (autocast): not the inference engine's INFERENCE_PRECISIONS.
+TRAINING_PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = {"adam": 1e-3, "adagrad": 0.2}
 SCHEDULES = ("linear", "constant")
 
@@ -76,8 +77,8 @@ class PretrainConfig:
             problems.append(f"optimizer must be one of {sorted(OPTIMIZERS)}, found {self.optimizer!r}")
         if self.schedule not in SCHEDULES:
             problems.append(f"schedule must be one of {SCHEDULES}, found {self.schedule!r}")
-        if self.precision not in PRECISIONS:
-            problems.append(f"precision must be one of {PRECISIONS}, found {self.precision!r}")
+        if self.precision not in TRAINING_PRECISIONS:
+            problems.append(f"precision must be one of {TRAINING_PRECISIONS}, found {self.precision!r}")
         if self.precision == "fp16" and not self.device.startswith("cuda"):
             problems.append("precision fp16 needs a CUDA device (use bf16 or fp32 on CPU)")
         if not 0.0 <= self.dropout < 1.0:

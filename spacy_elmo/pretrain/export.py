@@ -71,12 +71,12 @@ def init_from_export(model: Any, init_dir: Path, vocab: Vocab) -> None:
     (``export`` or a published/shipped model directory): its biLM weights,
     and its softmax (``softmax.hdf5``) when it is there and was trained over
     the same vocabulary. Optimizer, schedule and step start afresh."""
-    from ..bilm.weights import load_hdf5
+    from ..bilm.weights import load_datasets, read_datasets
 
     weights = init_dir / "weights.hdf5"
     if not weights.is_file():
         raise ValueError(f"--init {init_dir}: no weights.hdf5 there (give a directory written by `export`)")
-    load_hdf5(model.bilm, weights)
+    load_datasets(model.bilm, read_datasets(weights, model.bilm.options))
     softmax = init_dir / "softmax.hdf5"
     same_vocab = (init_dir / "vocab.txt").is_file() and Vocab.from_file(init_dir / "vocab.txt").words == vocab.words
     if softmax.is_file() and same_vocab:

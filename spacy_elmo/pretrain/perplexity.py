@@ -23,9 +23,9 @@ import numpy
 import torch
 
 from ..bilm.options import BiLMOptions
-from ..bilm.weights import load_hdf5
+from ..bilm.weights import load_datasets, read_datasets
 from .batches import Batcher
-from .corpus import read_corpus
+from .reading import read_corpus
 from .errors import PretrainError
 from .export import load_softmax
 from .model import PretrainModel
@@ -57,7 +57,7 @@ def perplexity(
     vocab = Vocab.from_file(model_dir / "vocab.txt")
     corpus = read_corpus(texts, lang, max_tokens)
     model = PretrainModel(options, len(vocab), dropout=0.0)
-    load_hdf5(model.bilm, model_dir / "weights.hdf5")
+    load_datasets(model.bilm, read_datasets(model_dir / "weights.hdf5", options))
     try:
         load_softmax(model_dir / "softmax.hdf5", model.head)
     except ValueError as err:

@@ -11,8 +11,7 @@ from .errors import PretrainError
 def busy_machine_warning(threads: int) -> Optional[str]:
     """A warning when torch's ``threads`` threads will compete with other
     work for the CPU: its threads wait for each other at every operation,
-    so one that loses its core stalls the rest (measured on a 2-core
-    machine with other work running: 2 threads trained 4-5x slower than 1).
+    so one that loses its core stalls the rest (see docs/pretraining.md).
     None when the load leaves room, or on systems without a load average."""
     try:
         load = os.getloadavg()[0]

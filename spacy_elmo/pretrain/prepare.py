@@ -13,7 +13,8 @@ import numpy
 from . import distributed as D
 from .batches import Batcher, dev_batches, epoch_batches, split_dev
 from .config import PretrainConfig
-from .corpus import N_RESERVED_TYPES, Corpus, read_corpus
+from .corpus import N_RESERVED_TYPES, Corpus
+from .reading import read_corpus
 from .vocab import Vocab
 
 logger = logging.getLogger(__name__)

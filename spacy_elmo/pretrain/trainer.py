@@ -336,14 +336,3 @@ class _Meter:
     def reset(self, now: float) -> None:
         self.sums = [0.0, 0.0, 0.0, 0.0]
         self.since = now
-
-
-# Names this module held before it was split by concern, for code that
-# imports them from here.
-from .batches import Batcher, split_dev  # noqa: E402,F401
-from .checkpoint import CHECKPOINT_FORMAT  # noqa: E402,F401
-from .curve import plot_available  # noqa: E402,F401
-from .export import export_pipeline, save_softmax  # noqa: E402,F401
-from .preflight import busy_machine_warning  # noqa: E402,F401
-from .prepare import unigram_perplexity  # noqa: E402,F401
-from .runlog import read_log  # noqa: E402,F401

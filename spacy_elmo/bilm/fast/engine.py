@@ -1,9 +1,12 @@
-"""How a :class:`~spacy_elmo.bilm.BiLM` runs inference: one named object.
+"""How a :class:`~spacy_elmo.bilm.BiLM` runs inference: one named object,
+the one home of the inference settings.
 
 Training (autograd on) always runs the exact model of :mod:`spacy_elmo.bilm`.
-With autograd off, :meth:`BiLM.forward <spacy_elmo.bilm.BiLM.forward>` asks
-its :class:`InferenceEngine` (``bilm.engine``) to encode the word types and
-to run each LSTM layer. The engine's ``precision`` names the arithmetic:
+With autograd off, :meth:`BiLM.forward <spacy_elmo.bilm.BiLM.forward>` hands
+its parts (:class:`ModelParts`: the token encoder, the LSTM layers, the
+skip-connection flag and the mode; never the model itself) to its :class:`InferenceEngine` (``bilm.engine``), which
+encodes the word types and runs each LSTM layer. The engine's ``precision``
+names the arithmetic:
 
 * ``"fp32"`` (default): exact up to float32 summation order (~1e-6);
 * ``"bf16"``: matrix products in bfloat16 (fast where the CPU or GPU has
@@ -18,36 +21,46 @@ to compare or to debug:
   (:data:`.packed.PACK_MIN_ELEMENTS`), True/False force it where supported;
 * ``type_products``: the first LSTM layer's input products made once per
   word type (on the packed and int8 paths);
-* ``packed_cell``: the packed path's elementwise step: ``"sigmoid"``
-  (sigmoids only, :func:`.packed.recur_packed`), ``"tanh"`` (the cell as
-  written, :func:`.packed.recur_packed_tanh`), or a function with
-  :func:`.packed.sigmoid_cell`'s signature (to try another kernel);
 * ``fused_kernel``: PyTorch's fused LSTM for layers without clipping;
 * ``token_cache`` and ``type_product_cache``: word-type caches
   (:mod:`.token_cache`).
 
+Every setting is validated where it is set: the constructor checks them all
+(:func:`check_precision`, :func:`.token_cache.check_token_cache_size`), and
+``bilm.precision = ...`` checks the precision against the model's device.
 Choose a path by building one::
 
     bilm.engine = InferenceEngine("fp32", packed_weights=False)
-    bilm.precision = "int8"   # the same as bilm.engine.precision, validated for the device
+    bilm.precision = "int8"   # validated for the model's device
 
 :meth:`InferenceEngine.path` says which recurrence a layer takes.
 """
 import warnings
 from functools import partial
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Union
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
 from ..lstm import BiProjectedLSTMLayer, State, active_rows
+from ..token_encoder import CharCNNEncoder
 from . import int8, packed
 from .recurrence import fused_kernel_applies, recur_fused, recur_inplace
-from .token_cache import TokenCache, TypeProductCache, type_keys
+from .token_cache import TokenCache, TypeProductCache, check_token_cache_size, type_keys
 
-if TYPE_CHECKING:
-    from ..model import BiLM
+#: The inference precisions (the arithmetic of the matrix products).
+INFERENCE_PRECISIONS = ("fp32", "bf16", "int8")
 
-PRECISIONS = ("fp32", "bf16", "int8")
+
+class ModelParts(NamedTuple):
+    """What an engine is given of a biLM: its modules and how it runs now."""
+
+    token_encoder: CharCNNEncoder
+    layers: Sequence[BiProjectedLSTMLayer]
+    skip_connections: bool
+    #: The model is in training mode (no word-type caches then).
+    training: bool
+    #: Dropout applies to the LSTM inputs (training mode with dropout > 0).
+    dropout: bool
 
 
 def bf16_supported(device: Union[str, torch.device] = "cpu") -> bool:
@@ -60,11 +73,14 @@ def bf16_supported(device: Union[str, torch.device] = "cpu") -> bool:
     return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
-def check_precision(value: str, device: torch.device, current: str = "fp32") -> str:
-    """``value`` if it names a precision that can run on ``device``, else a
-    ValueError; warns when bf16 would be emulated (slower than fp32)."""
-    if value not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, found {value!r}")
+def check_precision(value: str, device: Optional[torch.device] = None, current: str = "fp32") -> str:
+    """``value`` if it names a precision (that can run on ``device``, where
+    given), else a ValueError; warns when bf16 would be emulated (slower
+    than fp32). The one check of a precision, wherever it is set."""
+    if value not in INFERENCE_PRECISIONS:
+        raise ValueError(f"precision must be one of {INFERENCE_PRECISIONS}, found {value!r}")
+    if device is None:
+        return value
     if value == "bf16" and current != "bf16" and not bf16_supported(device):
         warnings.warn(
             f"precision='bf16' on {device}, which has no native bf16: it will be slower than fp32",
@@ -88,23 +104,25 @@ class InferenceEngine:
         *,
         packed_weights: Optional[bool] = None,
         type_products: bool = True,
-        packed_cell: Union[str, packed.Cell] = "sigmoid",
         fused_kernel: bool = True,
         token_cache_size: int = 50_000,
         type_product_cache_bytes: int = 0,
     ) -> None:
-        self.precision = precision
+        #: "fp32", "bf16" or "int8"; set it through ``BiLM.precision`` to have
+        #: it checked against the model's device.
+        self.precision = check_precision(precision)
         #: Pack fp32 CPU weights with oneDNN: None (the rule:
         #: :data:`.packed.PACK_MIN_ELEMENTS`), True or False.
         self.packed_weights = packed_weights
-        #: The packed path's cell: "sigmoid", "tanh" or a step function.
-        self.packed_cell = packed_cell
         #: Make the first layer's input products once per word type.
         self.type_products = type_products
         #: Run unclipped layers on PyTorch's fused LSTM kernel.
         self.fused_kernel = fused_kernel
         #: Token encodings of recently seen word types.
-        self.token_cache = TokenCache(token_cache_size)
+        self.token_cache = TokenCache(check_token_cache_size(token_cache_size))
+        bad_bytes = not isinstance(type_product_cache_bytes, int) or isinstance(type_product_cache_bytes, bool)
+        if bad_bytes or type_product_cache_bytes < 0:
+            raise ValueError(f"type_product_cache_bytes must be an integer >= 0, found {type_product_cache_bytes!r}")
         #: The first layer's input products of recently seen word types
         #: (opt-in: ``max_bytes`` 0 by default).
         self.type_product_cache = TypeProductCache(type_product_cache_bytes)
@@ -113,20 +131,8 @@ class InferenceEngine:
     def __repr__(self) -> str:
         return (
             f"InferenceEngine({self.precision!r}, packed_weights={self.packed_weights}, "
-            f"type_products={self.type_products}, packed_cell={self.packed_cell!r}, fused_kernel={self.fused_kernel})"
+            f"type_products={self.type_products}, fused_kernel={self.fused_kernel})"
         )
-
-    @property
-    def precision(self) -> str:
-        """"fp32", "bf16" or "int8"; set it through ``BiLM.precision`` to have
-        it also checked against the model's device."""
-        return self._precision
-
-    @precision.setter
-    def precision(self, value: str) -> None:
-        if value not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, found {value!r}")
-        self._precision = value
 
     @property
     def compute_dtype(self) -> Optional[torch.dtype]:
@@ -172,24 +178,25 @@ class InferenceEngine:
         return cache.get(module, build, key=bound)
 
     def _fp32_packs(self, index: int, layer: BiProjectedLSTMLayer):
-        doubled = self.packed_cell != "tanh"
-        return self._packed(("fp32", index), layer, lambda module: packed.pack_layer(module, doubled), doubled)
+        return self._packed(("fp32", index), layer, packed.pack_layer)
 
     def _int8_packs(self, index: int, layer: BiProjectedLSTMLayer, bound: Optional[float]):
         return self._packed(("int8", index), layer, lambda module: int8.pack_layer(module, bound), bound)
 
     # ------------------------------------------------------------- encoder
-    def encode_types(self, bilm: "BiLM", unique: torch.Tensor) -> Tuple[torch.Tensor, Optional[List[bytes]]]:
+    def encode_types(self, parts: ModelParts, unique: torch.Tensor) -> Tuple[torch.Tensor, Optional[List[bytes]]]:
         """Encodings of the distinct tokens ``unique`` (U, max_chars), and
         their cache keys (None where the word-type cache is not used:
         training mode, or ``token_cache.max_size == 0``)."""
-        encoder = bilm.token_encoder
+        if self.precision == "int8" and unique.device.type != "cpu":
+            raise ValueError(f"precision='int8' runs on CPU only; got input on {unique.device}")
+        encoder = parts.token_encoder
         if self.precision == "int8":
             convs = self._packed(("int8", "encoder"), encoder, int8.pack_encoder)
             encode = partial(encoder, conv_products=convs)
         else:
             encode = encoder
-        use_cache = self.token_cache.max_size > 0 and not bilm.training
+        use_cache = self.token_cache.max_size > 0 and not parts.training
         keys = type_keys(unique) if use_cache else None
         dtype = self.compute_dtype
         with torch.autocast(unique.device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
@@ -201,7 +208,7 @@ class InferenceEngine:
 
     def first_layer_products(
         self,
-        bilm: "BiLM",
+        parts: ModelParts,
         encoded: torch.Tensor,
         inverse: torch.Tensor,
         rev: torch.Tensor,
@@ -215,11 +222,11 @@ class InferenceEngine:
         the layer's own product would cost a quarter of the LSTM work. With
         the word types' cache ``keys``, products of types seen in earlier
         calls come from :attr:`type_product_cache`."""
-        first = bilm.layers[0]
+        first = parts.layers[0]
         is_int8 = self.precision == "int8"
         if (
             not self.type_products
-            or (bilm.training and bilm.dropout)
+            or parts.dropout
             or encoded.device.type != "cpu"
             or not (is_int8 or self.packs_weights(first, encoded))
         ):
@@ -234,7 +241,7 @@ class InferenceEngine:
         if keys is not None:  # (a cache that is off frees itself and returns None)
             cache = self.type_product_cache
             with cache.lock:  # check and lookup as one step for concurrent calls
-                cache.check([bilm.token_encoder, first], self.precision)
+                cache.check([parts.token_encoder, first], self.precision)
                 cached = cache.lookup(
                     keys, 4 * first.cell_dim, encoded, lambda index: per_type(encoded.index_select(0, index)), positions
                 )
@@ -248,33 +255,29 @@ class InferenceEngine:
     # ---------------------------------------------------------------- LSTM
     def run_layer(
         self,
-        bilm: "BiLM",
+        parts: ModelParts,
         index: int,
         inputs: torch.Tensor,
         lengths: List[int],
         state: Optional[State] = None,
         input_products: Optional[List[torch.Tensor]] = None,
     ) -> Tuple[torch.Tensor, State]:
-        """LSTM layer ``index`` of ``bilm`` on ``inputs`` (as
+        """LSTM layer ``index`` of the model on ``inputs`` (as
         :meth:`BiProjectedLSTMLayer.forward`); ``input_products``: the
         first layer's, from :meth:`first_layer_products`."""
-        layer = bilm.layers[index]
+        layer = parts.layers[index]
         n_dir, n_steps, batch, _ = inputs.shape
         if state is None:
             state = layer.zero_state(batch, inputs)
         path = self.path(layer, inputs, lengths)
         if path == "int8":
-            bound = int8.input_bound(bilm.layers, index, bilm.options.use_skip_connections)
+            bound = int8.input_bound(parts.layers, index, parts.skip_connections)
             packs = self._int8_packs(index, layer, bound)
             return int8.recur_int8(layer, packs, inputs, lengths, state, input_products)
         if path == "fused":
             return recur_fused(layer, inputs, lengths, state)
         if path == "packed":
-            packs = self._fp32_packs(index, layer)
-            if self.packed_cell == "tanh":
-                return packed.recur_packed_tanh(layer, packs, inputs, lengths, state, input_products)
-            cell = packed.sigmoid_cell if self.packed_cell == "sigmoid" else self.packed_cell
-            return packed.recur_packed(layer, packs, inputs, lengths, state, input_products, cell)
+            return packed.recur_packed(layer, self._fp32_packs(index, layer), inputs, lengths, state, input_products)
         xw = layer.input_products(inputs, self.compute_dtype)
         return recur_inplace(layer, xw, active_rows(lengths, n_steps), state, inputs.dtype)
 

@@ -42,7 +42,7 @@ def int8_supported() -> bool:
     return "fbgemm" in engines or "x86" in engines
 
 
-class PackedLinear:
+class Int8Linear:
     """``x @ weight.T + bias`` with int8 weights, for inference, for inputs
     with ``|x| <= bound`` (see the module docstring)."""
 
@@ -98,21 +98,21 @@ def input_bound(layers: Sequence[BiProjectedLSTMLayer], index: int, skip_connect
     return sum(bounds) if skip_connections else bounds[-1]
 
 
-def pack_layer(layer: BiProjectedLSTMLayer, bound: Optional[float]) -> Dict[str, List[PackedLinear]]:
+def pack_layer(layer: BiProjectedLSTMLayer, bound: Optional[float]) -> Dict[str, List[Int8Linear]]:
     """int8 weights of ``layer`` for inputs bounded by ``bound`` (None:
     unbounded, the input product stays in float32 or runs per type on
     rows scaled to max ``|x| = 1``)."""
     bias = layer.gate_bias()
     h_bound = output_bound(layer)
     return {
-        "ih": [None if bound is None else PackedLinear(layer.weight_ih[d], bias[d], bound) for d in range(2)],
-        "hh": [PackedLinear(layer.weight_hh[d], None, h_bound) for d in range(2)],
-        "proj": [PackedLinear(layer.weight_proj[d], None, 1.0) for d in range(2)],
-        "ih_rows": [PackedLinear(layer.weight_ih[d], None, 1.0) for d in range(2)] if bound is None else [],
+        "ih": [None if bound is None else Int8Linear(layer.weight_ih[d], bias[d], bound) for d in range(2)],
+        "hh": [Int8Linear(layer.weight_hh[d], None, h_bound) for d in range(2)],
+        "proj": [Int8Linear(layer.weight_proj[d], None, 1.0) for d in range(2)],
+        "ih_rows": [Int8Linear(layer.weight_ih[d], None, 1.0) for d in range(2)] if bound is None else [],
     }
 
 
-def pack_encoder(encoder: CharCNNEncoder) -> List[PackedLinear]:
+def pack_encoder(encoder: CharCNNEncoder) -> List[Int8Linear]:
     """int8 weights of the char-CNN convolutions, as
     :meth:`CharCNNEncoder.forward`'s ``conv_products``. Their inputs are
     rows of the char embedding: bounded by its largest entry. The highway
@@ -121,16 +121,15 @@ def pack_encoder(encoder: CharCNNEncoder) -> List[PackedLinear]:
     convs = []
     for conv in encoder.convs:
         n_out, char_dim, size = conv.weight.shape
-        convs.append(PackedLinear(conv.weight.permute(0, 2, 1).reshape(n_out, size * char_dim), None, bound))
+        convs.append(Int8Linear(conv.weight.permute(0, 2, 1).reshape(n_out, size * char_dim), None, bound))
     return convs
 
 
+Packs = Dict[str, List[Int8Linear]]
+
+
 def recur_int8(
-    layer: BiProjectedLSTMLayer,
-    packs: Dict[str, List[PackedLinear]],
-    inputs: torch.Tensor,
-    lengths: List[int],
-    state: State,
+    layer: BiProjectedLSTMLayer, packs: Packs, inputs: torch.Tensor, lengths: List[int], state: State,
     input_products: Optional[List[torch.Tensor]] = None,
 ) -> Tuple[torch.Tensor, State]:
     """The layer's recurrence with int8 products (:func:`pack_layer`);
@@ -152,7 +151,7 @@ def recur_int8(
 
 
 def type_input_products(
-    layer: BiProjectedLSTMLayer, packs: Dict[str, List[PackedLinear]], encodings: torch.Tensor
+    layer: BiProjectedLSTMLayer, packs: Dict[str, List[Int8Linear]], encodings: torch.Tensor
 ) -> List[torch.Tensor]:
     """``encodings @ W_ih.T + bias`` (n, 4 x cell_dim) per direction with
     int8 weights: each row is divided by its largest magnitude before the

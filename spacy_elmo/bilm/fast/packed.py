@@ -3,12 +3,11 @@
 An LSTM step multiplies a few dozen rows (the active sentences) by a large
 weight matrix (4 x cell_dim columns). A plain ``torch.addmm`` re-lays the whole
 weight out for the CPU's matrix kernel on every call, so at that row count
-it runs memory-bound, at about a third of the machine's fp32 matmul peak.
+it runs memory-bound.
 oneDNN (PyTorch's ``mkldnn`` backend) can lay a weight out once and reuse it:
 ``torch.ops.mkldnn._reorder_linear_weight`` packs it and
 ``torch.ops.mkldnn._linear_pointwise`` multiplies by the packed weight, adding
-the step's input product in the same call. That doubles the speed of the
-per-step products (measured in docs/speed.md).
+the step's input product in the same call (its speed-up: docs/speed.md).
 
 The result is float32 throughout, equal to the unpacked product up to
 summation order (about 1e-6); rows are computed independently, so a
@@ -22,18 +21,14 @@ Packed weights are made on first use and remade whenever a parameter changes
 they are never copied, pickled or trained.
 """
 from functools import lru_cache
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
 
-from ..lstm import BiProjectedLSTMLayer, State
-from .recurrence import recur_per_direction
-from .token_cache import ThreadLock
-
-
-def _stamp(params: Iterable[torch.Tensor]) -> Tuple:
-    return tuple((p.data_ptr(), p._version, p.device) for p in params)
+from ..lstm import BiProjectedLSTMLayer, State, active_rows
+from .recurrence import run_steps
+from .token_cache import ThreadLock, parameter_stamp
 
 
 @lru_cache(maxsize=None)
@@ -111,7 +106,7 @@ class PackCache:
         """Raise if this kind of packing cannot run here."""
 
     def get(self, module: nn.Module, build, key=None) -> Dict[str, object]:
-        stamp = (key,) + _stamp(module.parameters())
+        stamp = (key,) + parameter_stamp([module])
         with self._lock:
             if stamp != self._stamp:
                 self._check()
@@ -127,17 +122,9 @@ class PackCache:
 PACK_MIN_ELEMENTS = 1 << 18
 
 
-def pack_layer(layer: BiProjectedLSTMLayer, doubled: bool = True) -> Dict[str, List[PackedFP32Linear]]:
+def pack_layer(layer: BiProjectedLSTMLayer) -> Dict[str, List[PackedFP32Linear]]:
     """Packed weights for :func:`recur_packed`: g's rows of ``W_ih``,
-    ``W_hh`` and the bias, and all of ``W_P``, times two (exact), or as
-    they are (``doubled=False``, for :func:`recur_packed_tanh`)."""
-    if not doubled:
-        bias = layer.gate_bias().detach()
-        return {
-            "ih": [PackedFP32Linear(layer.weight_ih[d], bias[d]) for d in range(2)],
-            "hh": [PackedFP32Linear(layer.weight_hh[d]) for d in range(2)],
-            "proj": [PackedFP32Linear(layer.weight_proj[d]) for d in range(2)],
-        }
+    ``W_hh`` and the bias, and all of ``W_P``, times two (exact)."""
     C = layer.cell_dim
     scale = torch.ones(4 * C, 1, device=layer.bias.device)
     scale[2 * C : 3 * C] = 2.0
@@ -161,9 +148,6 @@ def sigmoid_cell(gates: torch.Tensor, c2: torch.Tensor, clip: Optional[float]) -
     return torch.sigmoid(c2).sub_(0.5).mul_(o)
 
 
-Cell = Callable[[torch.Tensor, torch.Tensor, Optional[float]], torch.Tensor]
-
-
 def recur_packed(
     layer: BiProjectedLSTMLayer,
     packs: Dict[str, List[PackedFP32Linear]],
@@ -171,12 +155,11 @@ def recur_packed(
     lengths: List[int],
     state: State,
     input_products: Optional[List[torch.Tensor]] = None,
-    cell: Cell = sigmoid_cell,
 ) -> Tuple[torch.Tensor, State]:
     """The in-place recurrence with packed fp32 weights (:func:`pack_layer`;
     each product's weight is packed on its own, so the products run per
-    direction; the elementwise work, ``cell``, runs on both directions at
-    once). ``input_products``: the layer's ``x W_ih + b`` per direction
+    direction; the elementwise work, :func:`sigmoid_cell`, runs on both
+    directions at once). ``input_products``: the layer's ``x W_ih + b`` per direction
     (T, B, 4 x cell_dim, g's columns doubled) when the caller has them.
 
     The packed weights give the cell input's (g's) pre-activation doubled
@@ -200,41 +183,18 @@ def recur_packed(
     c2 = state[1].to(torch.float32, copy=True).mul_(2.0)
     clip = None if layer.cell_clip is None else 2.0 * layer.cell_clip
     out = inputs.new_zeros(n_dir, n_steps, batch, layer.projection_dim)
-    for t in range(n_steps):
-        n = sum(1 for length in lengths if length > t)
-        if n == 0:
-            break
+
+    def step(t: int, n: int):
         gates = torch.stack([hh[d](h[d, :n], xw[d][t, :n]) for d in range(n_dir)])
-        a = cell(gates, c2[:, :n], clip)
+        a = sigmoid_cell(gates, c2[:, :n], clip)
         for d in range(n_dir):
-            h_t = proj[d](a[d])
-            if layer.proj_clip is not None:
-                h_t.clamp_(-layer.proj_clip, layer.proj_clip)
-            h[d, :n] = h_t
-            out[d, t, :n] = h_t
+            yield d, proj[d](a[d])
+
+    run_steps(layer, active_rows(lengths, n_steps), h, out, step)
     return out, (h, c2.mul_(0.5))
-
-
-def recur_packed_tanh(
-    layer: BiProjectedLSTMLayer,
-    packs: Dict[str, List[PackedFP32Linear]],
-    inputs: torch.Tensor,
-    lengths: List[int],
-    state: State,
-    input_products: Optional[List[torch.Tensor]] = None,
-) -> Tuple[torch.Tensor, State]:
-    """:func:`recur_packed` with the cell as written (tanh activations,
-    ``doubled=False`` packs, one direction after the other): what the
-    sigmoid-only cell is measured against."""
-    hh, proj = packs["hh"], packs["proj"]
-    n_dir, n_steps, batch, _ = inputs.shape
-    xw = input_products or [
-        packs["ih"][d](inputs[d].reshape(-1, layer.input_dim)).view(n_steps, batch, -1) for d in range(n_dir)
-    ]
-    return recur_per_direction(layer, inputs, lengths, state, lambda d, h, x: hh[d](h, x), lambda d, a: proj[d](a), xw)
 
 
 def type_input_products(packs: Dict[str, List[PackedFP32Linear]], encodings: torch.Tensor) -> List[torch.Tensor]:
     """``encodings @ W_ih.T + bias`` (n, 4 x cell_dim) per direction, in
-    the form the ``packs`` were made for (g's columns doubled or not)."""
+    the form the ``packs`` were made for (g's columns doubled)."""
     return [packs["ih"][d](encodings) for d in range(2)]

@@ -67,9 +67,11 @@ def type_keys(unique_ids: torch.Tensor) -> List[bytes]:
     return [row.tobytes() for row in unique_ids.cpu().numpy().astype(numpy.int16)]
 
 
-def _parameter_stamp(modules: List[torch.nn.Module]) -> Tuple:
+def parameter_stamp(modules: List[torch.nn.Module]) -> Tuple:
     """What changes when a parameter of ``modules`` is updated in place
-    (version counter), replaced or moved (storage, dtype, device)."""
+    (version counter), replaced or moved (storage, dtype, device): the one
+    test of every cache of derived weights or results (word types, packed
+    and int8 weights)."""
     return tuple((p.data_ptr(), p._version, p.dtype, p.device) for m in modules for p in m.parameters())
 
 
@@ -110,7 +112,7 @@ class TokenCache:
     def check(self, module: torch.nn.Module, mode: str = "") -> None:
         """Empty the cache if ``module``'s parameters (their values, dtype or
         device) or the computation ``mode`` changed since last use."""
-        stamp = (mode,) + _parameter_stamp([module])
+        stamp = (mode,) + parameter_stamp([module])
         with self.lock:
             if stamp != self._stamp:
                 self._entries.clear()
@@ -205,7 +207,7 @@ class TypeProductCache:
                 if self._slabs is not None or self._slots:
                     self.clear()
                 return
-            stamp = (mode, self.max_bytes) + _parameter_stamp(modules)
+            stamp = (mode, self.max_bytes) + parameter_stamp(modules)
             if stamp != self._stamp:
                 self.clear()
                 self._stamp = stamp

@@ -1,0 +1,57 @@
+"""ELMo models by name, path or URL -> local files (see :mod:`.names`).
+
+The hub knows names, URLs, the cache and the transport; it knows no weight
+format and imports nothing of the model: callers hand in the check a
+download must pass (:mod:`spacy_elmo.loading` gives the published format's).
+
+- :mod:`.names`: the shipped model, AllenNLP's published names, URLs and
+  cache paths, and :func:`resolve`;
+- :mod:`.transport`: bounded, locked, atomic downloads;
+- :mod:`.help`: what the errors tell a user.
+"""
+from .help import HOW_TO_GIVE_WEIGHTS
+from .names import (
+    CACHE_ENV,
+    MIRROR_ENV,
+    PUBLISHED_BASE_URL,
+    PUBLISHED_MODELS,
+    SHIPPED_MODEL_DIR,
+    SHIPPED_NAMES,
+    ModelNotFoundError,
+    base_url,
+    cache_dir,
+    download,
+    fetch,
+    is_url,
+    published_cache_paths,
+    published_files,
+    published_urls,
+    resolve,
+    shipped_model,
+    url_cache_path,
+)
+from .transport import TIMEOUT_S, DownloadError
+
+__all__ = [
+    "CACHE_ENV",
+    "HOW_TO_GIVE_WEIGHTS",
+    "MIRROR_ENV",
+    "PUBLISHED_BASE_URL",
+    "PUBLISHED_MODELS",
+    "SHIPPED_MODEL_DIR",
+    "SHIPPED_NAMES",
+    "TIMEOUT_S",
+    "DownloadError",
+    "ModelNotFoundError",
+    "base_url",
+    "cache_dir",
+    "download",
+    "fetch",
+    "is_url",
+    "published_cache_paths",
+    "published_files",
+    "published_urls",
+    "resolve",
+    "shipped_model",
+    "url_cache_path",
+]

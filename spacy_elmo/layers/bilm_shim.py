@@ -1,0 +1,127 @@
+"""The biLM inside thinc: :class:`BiLMShim`, a ``PyTorchShim`` whose model is
+the :class:`~spacy_elmo.bilm.BiLM`, serialized in the published hdf5 format
+plus the options JSON, so a saved pipeline carries the weights in the same
+format bilm-tf reads and needs no outside file. The shim holds no biLM
+(None) until the weights are given (:meth:`BiLMShim.set_bilm`) or read
+(``from_bytes``).
+
+The shim also holds the inference settings the config gives
+(``precision``, ``token_cache_size`` of ``spacy_elmo.ElmoBiLM.v2``): they
+are applied to every biLM it gets, once, and they are not part of the
+saved bytes (the pipeline's config holds them).
+"""
+import io
+from typing import Optional
+
+import srsly
+import torch
+from thinc.api import Model, PyTorchShim, get_torch_default_device
+
+from ..bilm import BiLM, BiLMOptions, OptionsError, WeightFileError
+from ..bilm.fast.engine import check_precision
+from ..bilm.fast.token_cache import check_token_cache_size
+from ..bilm.weights import read_datasets, save_hdf5
+from ..hub.help import HOW_TO_GIVE_WEIGHTS
+
+NOT_INITIALIZED = (
+    "The elmo biLM has no weights yet: call nlp.initialize() (with no weights given it loads "
+    "the English biLM shipped with spacy_elmo). " + HOW_TO_GIVE_WEIGHTS + " In Python also "
+    "spacy_elmo.add_elmo(nlp, NAME) or nlp.get_pipe('elmo').set_bilm(BiLM(...))."
+)
+_RESAVE = (
+    "re-save the pipeline from a working copy (nlp.to_disk), or re-initialize the elmo component "
+    "from the published weights and options"
+)
+
+
+def _serialize_bilm(module: Optional[torch.nn.Module]) -> bytes:
+    if not isinstance(module, BiLM):
+        return b""
+    buffer = io.BytesIO()
+    save_hdf5(module, buffer)
+    return srsly.msgpack_dumps({"options": module.options.to_dict(), "weights": buffer.getvalue()})
+
+
+def read_saved_bilm(data: bytes) -> BiLM:
+    """The biLM of a saved pipeline (``spacy.load``, ``from_bytes``): the
+    fields are type-checked, the options validated (bounds, parameter
+    count) and the weights read and shape-checked, all before the model is
+    allocated; anything wrong is an :class:`OptionsError` or a
+    :class:`WeightFileError` (msgpack and hdf5 only: nothing is unpickled).
+    Fields of older saves (``precision``, ``token_cache_size``) are ignored:
+    the config holds them."""
+    where = "the elmo component's saved biLM"
+    try:
+        msg = srsly.msgpack_loads(data)
+    except Exception as err:  # msgpack raises several unrelated classes
+        raise WeightFileError(f"{where} is not readable msgpack ({type(err).__name__}: {err}); {_RESAVE}") from None
+    if not isinstance(msg, dict):
+        raise WeightFileError(f"{where} is a {type(msg).__name__}, expected a map; {_RESAVE}")
+    if not isinstance(msg.get("options"), dict):
+        found = "missing" if "options" not in msg else type(msg["options"]).__name__
+        raise OptionsError(f"{where} holds no biLM options (field 'options' is {found}); {_RESAVE}", ["options"])
+    try:
+        options = BiLMOptions.from_dict(msg["options"])
+    except OptionsError as err:
+        raise OptionsError(f"{where}: {err}; {_RESAVE}", err.fields) from None
+    if not isinstance(msg.get("weights"), bytes):
+        raise WeightFileError(f"{where} holds no weights (field 'weights' is missing or not bytes); {_RESAVE}")
+    return BiLM.from_datasets(options, read_datasets(io.BytesIO(msg["weights"]), options))
+
+
+class BiLMShim(PyTorchShim):
+    """The thinc shim of the biLM (see the module docstring)."""
+
+    def __init__(self, bilm: Optional[BiLM] = None, *, precision: str = "fp32", token_cache_size: int = 50_000) -> None:
+        #: The inference settings applied to every biLM this shim gets.
+        self.precision = check_precision(precision)
+        self.token_cache_size = check_token_cache_size(token_cache_size)
+        super().__init__(None, serialize_model=_serialize_bilm, deserialize_model=self._deserialize)
+        if bilm is not None:
+            self.set_bilm(bilm)
+
+    def _configure(self, bilm: BiLM) -> BiLM:
+        bilm.precision = self.precision
+        bilm.token_cache.max_size = self.token_cache_size
+        return bilm
+
+    def set_bilm(self, bilm: BiLM) -> None:
+        """Hold ``bilm``, on thinc's default device (``spacy.require_gpu()``,
+        ``spacy train --gpu-id``), with this shim's settings."""
+        if not isinstance(bilm, BiLM):
+            raise TypeError(f"expected a spacy_elmo.BiLM, found {type(bilm).__name__}")
+        if bilm.device.type == "cpu":
+            bilm.to(get_torch_default_device())
+        self._model = self._configure(bilm)
+
+    def _deserialize(self, module: Optional[torch.nn.Module], data: bytes, device: torch.device):
+        if not data:
+            return module
+        return self._configure(read_saved_bilm(data)).to(device)
+
+    @property
+    def device(self):
+        return get_torch_default_device() if self._model is None else super().device
+
+    def finish_update(self, optimizer) -> None:
+        if self._model is not None:
+            super().finish_update(optimizer)
+
+    def to_device(self, device_type: str, device_id: int) -> None:
+        if self._model is not None:
+            super().to_device(device_type, device_id)
+
+
+def has_bilm(model: Model) -> bool:
+    return isinstance(model.shims[0]._model, BiLM)
+
+
+def get_bilm(model: Model) -> BiLM:
+    bilm = model.shims[0]._model
+    if not isinstance(bilm, BiLM):
+        raise ValueError(NOT_INITIALIZED)
+    return bilm
+
+
+def set_bilm(model: Model, bilm: BiLM) -> None:
+    model.shims[0].set_bilm(bilm)

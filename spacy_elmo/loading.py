@@ -1,0 +1,73 @@
+"""Where a biLM's weights come from: the one route from a name, path or URL
+to a loaded :class:`~spacy_elmo.bilm.BiLM`.
+
+The hub (:mod:`spacy_elmo.hub`) turns a name, path or URL into local files
+and knows no weight format; this module hands it the published format's
+check (:func:`spacy_elmo.bilm.weights.read_checked`). A fresh download is read
+and checked once: the arrays the check read are the ones the model gets.
+``BiLM.from_pretrained``, the ``elmo`` component's weights (factory config,
+``[initialize]``, first use, :func:`spacy_elmo.add_elmo`) and the command
+line all come through :func:`load_bilm`.
+"""
+from pathlib import Path
+from typing import Dict, Optional, Tuple, Union
+
+import numpy
+
+from . import hub
+from .bilm import BiLM
+from .bilm.options import BiLMOptions
+from .bilm.weights import read_checked
+from .hub import DownloadError, ModelNotFoundError  # noqa: F401 (the errors of this module's functions)
+
+PathLike = Union[str, Path]
+Checked = Tuple[BiLMOptions, Dict[str, numpy.ndarray]]
+
+
+class _Check:
+    """The published format's check, keeping what it read (a fresh
+    download's options and arrays) for the model."""
+
+    def __init__(self) -> None:
+        self.read: Optional[Checked] = None
+
+    def __call__(self, weights: Path, options: Path) -> None:
+        self.read = read_checked(weights, options)
+
+
+def resolve(
+    weights: Optional[PathLike] = None, options: Optional[PathLike] = None, *, progress: bool = True
+) -> Tuple[Path, Path]:
+    """:func:`spacy_elmo.hub.resolve` with the published format's check on
+    every download."""
+    return hub.resolve(weights, options, check=_Check(), progress=progress)
+
+
+def download(name: str, *, progress: bool = True) -> Tuple[Path, Path]:
+    """:func:`spacy_elmo.hub.download` with the published format's check."""
+    return hub.download(name, check=_Check(), progress=progress)
+
+
+def check_files(weights: PathLike, options: PathLike) -> None:
+    """Raise unless ``weights`` loads as the published weight format against
+    ``options`` (every dataset present, of the right shape, finite), without
+    building a biLM."""
+    read_checked(weights, options)
+
+
+def load_bilm(
+    weights: Optional[PathLike] = None,
+    options: Optional[PathLike] = None,
+    *,
+    progress: bool = True,
+    **kwargs,
+) -> BiLM:
+    """A biLM by name, path or URL: ``None``/``"english"`` (shipped with the
+    package), ``"small"``, ``"medium"``, ``"original"``, ``"original-5.5b"``
+    (AllenNLP's published English ELMo, downloaded once into the cache), a
+    directory or weights file, or an http(s) URL (see :mod:`spacy_elmo.hub`).
+    ``kwargs`` go to :class:`~spacy_elmo.bilm.BiLM`."""
+    check = _Check()
+    weights_path, options_path = hub.resolve(weights, options, check=check, progress=progress)
+    read = check.read if check.read is not None else read_checked(weights_path, options_path)
+    return BiLM.from_datasets(*read, **kwargs)
