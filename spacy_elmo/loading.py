@@ -17,7 +17,7 @@ import numpy
 from . import hub
 from .bilm import BiLM
 from .bilm.options import BiLMOptions
-from .bilm.weights import read_checked
+from .bilm.weights import WeightFileError, read_checked
 from .hub import DownloadError, ModelNotFoundError  # noqa: F401 (the errors of this module's functions)
 
 PathLike = Union[str, Path]
@@ -67,7 +67,45 @@ def load_bilm(
     (AllenNLP's published English ELMo, downloaded once into the cache), a
     directory or weights file, or an http(s) URL (see :mod:`spacy_elmo.hub`).
     ``kwargs`` go to :class:`~spacy_elmo.bilm.BiLM`."""
+    _check_local_weights_file(weights)
     check = _Check()
     weights_path, options_path = hub.resolve(weights, options, check=check, progress=progress)
     read = check.read if check.read is not None else read_checked(weights_path, options_path)
     return BiLM.from_datasets(*read, **kwargs)
+
+
+def _check_local_weights_file(weights: Optional[PathLike]) -> None:
+    """A local weights file (or a directory's ``weights.hdf5``) must be HDF5:
+    said before the hub looks for the options beside it, so that a text
+    file given as weights is named as such (h5py's signature check reads a
+    few bytes)."""
+    import h5py
+
+    if weights is None or (isinstance(weights, str) and hub.is_url(weights)):
+        return
+    path = Path(weights).expanduser()
+    if path.is_dir():
+        path = path / "weights.hdf5"
+    if path.is_file() and not h5py.is_hdf5(str(path)):
+        raise WeightFileError(
+            f"{path} is not an HDF5 file: ELMo weights are the bilm-tf/AllenNLP .hdf5 file "
+            f"(their options a separate JSON file). {hub.HOW_TO_GIVE_WEIGHTS}"
+        )
+
+
+def check_local(weights: Optional[PathLike], options: Optional[PathLike] = None) -> None:
+    """For ``weights`` that name an existing local file or directory, the
+    checks that need no download and no array read: the weights file is
+    HDF5, its options are found and valid. Names, URLs and paths that do
+    not exist here pass (loading them names what is wrong). The ``elmo``
+    component runs this at construction (``add_pipe``)."""
+    if weights is None or any(isinstance(value, str) and hub.is_url(value) for value in (weights, options)):
+        return
+    if isinstance(weights, str) and weights.strip().lower() in (*hub.PUBLISHED_MODELS, *hub.SHIPPED_NAMES):
+        return
+    if not Path(weights).expanduser().exists():
+        return
+    _check_local_weights_file(weights)
+    _, options_path = hub.resolve(weights, options)
+    BiLMOptions.from_file(options_path)
+

@@ -43,10 +43,11 @@ from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from . import architectures  # noqa: F401 (registers the architectures the default config names)
 from .bilm import BiLM
 from .data import DTYPES, STORES, ElmoData, install_extensions
+from .vector_hooks import install as install_vector_hooks
 from .layers.bilm_shim import get_bilm, has_bilm, set_bilm
 from .layers.listener import ElmoListenerLayer
 from .layers.scalar_mix import learned_mix
-from .loading import load_bilm
+from .loading import check_local, load_bilm
 
 DEFAULT_MODEL_CONFIG = """
 [model]
@@ -73,6 +74,7 @@ DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
         "frozen": False,
         "weights": None,
         "options": None,
+        "vector_hooks": True,
     },
     default_score_weights={},
 )
@@ -86,6 +88,7 @@ def make_elmo(
     frozen: bool = False,
     weights: Optional[str] = None,
     options: Optional[str] = None,
+    vector_hooks: bool = True,
 ) -> "Elmo":
     """ELMo activations on ``Doc._.elmo``.
 
@@ -103,9 +106,25 @@ def make_elmo(
         URL (see :mod:`spacy_elmo.hub`); None: the shipped English biLM.
         Read only at initialization (or first use before it): a saved
         pipeline carries its weights and never reads these again.
+    vector_hooks: answer ``token.vector``, ``span.vector``, ``doc.vector``
+        and ``.similarity`` from ``Doc._.elmo`` through spaCy's user hooks
+        (:mod:`spacy_elmo.vector_hooks`). On by default: contextual vectors
+        are what the component is for, spaCy users look for them there, and
+        the hooks compute nothing until asked. Turn it off to keep the
+        vocabulary's static vectors (e.g. ``en_core_web_md``'s) behind
+        ``.vector`` and ``.similarity``.
     """
     return Elmo(
-        nlp.vocab, model, name, store=store, dtype=dtype, mix=mix, frozen=frozen, weights=weights, options=options
+        nlp.vocab,
+        model,
+        name,
+        store=store,
+        dtype=dtype,
+        mix=mix,
+        frozen=frozen,
+        weights=weights,
+        options=options,
+        vector_hooks=vector_hooks,
     )
 
 
@@ -124,6 +143,7 @@ class Elmo(TrainablePipe):
         frozen: bool = False,
         weights: Optional[Union[str, Path]] = None,
         options: Optional[Union[str, Path]] = None,
+        vector_hooks: bool = True,
     ) -> None:
         if store not in STORES:
             raise ValueError(f"store must be one of {STORES}, found {store!r}")
@@ -139,6 +159,13 @@ class Elmo(TrainablePipe):
         #: The factory's ``weights``/``options``: read at initialization when
         #: ``[initialize.components.elmo]`` gives none.
         self.weights_source = (weights, options)
+        #: Bad local weights stop ``add_pipe`` (see :func:`~spacy_elmo.loading.check_local`):
+        #: a path that does not exist here is left to initialization, since
+        #: ``spacy.load`` rebuilds a saved pipeline (which carries its weights)
+        #: through this constructor, on any machine.
+        check_local(weights, options)
+        #: Install :mod:`spacy_elmo.vector_hooks` on every annotated Doc.
+        self.vector_hooks = vector_hooks
         install_extensions()
 
     # ------------------------------------------------------------ listeners
@@ -237,6 +264,8 @@ class Elmo(TrainablePipe):
         store, dtype, mix = self.cfg["store"], self.cfg["dtype"], self.cfg["mix"]
         for doc, doc_layers in zip(docs, layers):
             doc._.elmo = ElmoData.from_layers(self.model.ops.to_numpy(doc_layers), store, dtype, mix)
+            if self.vector_hooks:
+                install_vector_hooks(doc)
 
     # ------------------------------------------------------------- training
     def update(
@@ -271,10 +300,13 @@ class Elmo(TrainablePipe):
 
         def accumulate_gradient(grads):
             # A listener with grad_factor 0 sends None. Returns the (empty)
-            # gradient w.r.t. the Docs, like any layer.
+            # gradient w.r.t. the Docs, like any layer. The reported loss is
+            # the squared norm of the gradients into the biLM, as spaCy's
+            # tok2vec reports it.
             if grads is not None:
                 for i, grad in enumerate(grads):
                     d_outputs[i] = grad if d_outputs[i] is None else d_outputs[i] + grad
+                    losses[self.name] += float((grad**2).sum())
             return []
 
         def backprop(grads):
@@ -293,6 +325,15 @@ class Elmo(TrainablePipe):
         if listeners:
             listeners[-1].receive(batch_id, outputs, backprop)
         return losses
+
+    @property
+    def is_trainable(self) -> bool:
+        """Whether training changes this component: only when it fine-tunes
+        the biLM (:attr:`fine_tunes`). A frozen biLM has nothing to update,
+        so spaCy's training table shows no always-zero ``elmo`` loss column
+        for it; ``nlp.update`` still calls :meth:`update`, which broadcasts
+        the layers to the listeners."""
+        return self.fine_tunes
 
     @property
     def fine_tunes(self) -> bool:

@@ -265,7 +265,7 @@ compound = 1.001
 @optimizers = "Adam.v1"
 
 [training.logger]
-@loggers = "spacy_elmo_project.JsonlLogger.v1"
+@loggers = "spacy_elmo.JsonlLogger.v1"
 path = ${{paths.log}}
 console_output = true
 

@@ -15,15 +15,10 @@
     (``grad_factor > 0``) never reads the memo (training goes through
     autograd, not ``embed_sentences``).
 
-``spacy_elmo_project.JsonlLogger.v1`` (``[training.logger]``): spaCy's
-    console table, plus one JSON line per evaluation with the step, epoch,
-    dev scores, losses, seconds since training started and words seen
-    (spaCy's own ``ConsoleLogger.v3`` file has no time or words): the
-    training curves of the report.
+The training curves' logger is the package's ``spacy_elmo.JsonlLogger.v1``
+(:mod:`spacy_elmo.training_log`), so the baseline configs need no ``--code``.
 """
-import json
 import sys
-from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy
@@ -84,69 +79,3 @@ def memoize_elmo(max_mib: int = 4096, dtype: str = "float16"):
         return nlp
 
     return after_init
-
-
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-@registry.loggers("spacy_elmo_project.JsonlLogger.v1")
-def jsonl_logger(path: Optional[str] = None, console_output: bool = True):
-    """spaCy's console table plus a JSON-lines file (``path``) of every evaluation."""
-    console = registry.loggers.get("spacy.ConsoleLogger.v3")(
-        progress_bar=None, console_output=console_output, output_file=None
-    )
-
-    def setup(nlp, stdout=sys.stdout, stderr=sys.stderr):
-        log_console, finalize_console = console(nlp, stdout, stderr)
-        stream = None
-        if path:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            stream = open(path, "w", encoding="utf-8")
-
-        def log_step(info):
-            log_console(info)
-            if info is None or stream is None:
-                return
-            record = {
-                "epoch": info["epoch"],
-                "step": info["step"],
-                "score": float(info["score"]),
-                "scores": _jsonable(info["other_scores"]),
-                "losses": _jsonable(info["losses"]),
-                "seconds": info.get("seconds"),
-                "words": info.get("words"),
-            }
-            memo = _memo_stats(nlp)
-            if memo:
-                record["elmo_memo"] = memo
-            stream.write(json.dumps(record) + "\n")
-            stream.flush()
-
-        def finalize():
-            finalize_console()
-            if stream is not None:
-                stream.close()
-
-        return log_step, finalize
-
-    return setup
-
-
-def _memo_stats(nlp):
-    for _, component in nlp.pipeline:
-        if hasattr(component, "set_bilm"):
-            try:
-                embed = component.bilm.embed_sentences
-            except ValueError:
-                continue
-            if isinstance(embed, SentenceMemo):
-                return {"hits": embed.hits, "misses": embed.misses, "mib": round(embed.nbytes / 2**20, 1)}
-    return None
