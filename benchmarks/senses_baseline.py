@@ -10,7 +10,7 @@ shipped model, with the sha256 of its weights): the shipped model's are
 ``tests/fixtures/senses_shipped.json``, which ``tests/test_shipped_model.py``
 checks; rewrite it with this script whenever the shipped weights change.
 
-    python benchmarks/senses_baseline.py [--weights W] [--data FILE] [--seeds 10] [--json out.json]
+    python benchmarks/senses_baseline.py [--model M] [--data FILE] [--seeds 10] [--json out.json]
 """
 import argparse
 import hashlib
@@ -19,8 +19,8 @@ import statistics
 from pathlib import Path
 
 from spacy_elmo import hub
+from spacy_elmo.loading import load_bilm
 from spacy_elmo.senses import random_like, sense_eval
-from spacy_elmo.senses_command import load_bilm
 
 METHODS = ("centroid", "1nn")
 
@@ -31,7 +31,7 @@ def accuracies(bilm, data, method):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--weights", default=None, help="model name, directory or weights file (default: the shipped English biLM)")
+    parser.add_argument("--model", default=None, help="model name, directory, weights file or URL, as the CLI's --model (default: the shipped English biLM)")
     parser.add_argument("--options", default=None)
     parser.add_argument("--data", default=None, help="senses set (default: the packaged English set)")
     parser.add_argument("--seeds", type=int, default=10, help="random-weights biLMs, seeds 0..N-1")
@@ -39,14 +39,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.seeds < 2:
         parser.error("--seeds must be >= 2 (the spread needs two)")
-    model = load_bilm(args.weights, args.options)
+    model = load_bilm(args.model, args.options, progress=False).eval()
     figures = {
         "about": "Word-sense accuracy of a biLM and of random-weights biLMs of its shape (seeds 0..N-1), "
         "leave-one-frame-out, from `python benchmarks/senses_baseline.py --seeds N --json FILE`; "
         "for the shipped model rewrite tests/fixtures/senses_shipped.json this way whenever its weights change.",
         "data": "the packaged set (spacy_elmo/resources/senses_en.txt)" if args.data is None else Path(args.data).name,
     }
-    if args.weights is None:
+    if args.model is None:
         weights = (hub.SHIPPED_MODEL_DIR / "weights.hdf5").read_bytes()
         figures["weights_sha256"] = hashlib.sha256(weights).hexdigest()
     figures.update({"model": {}, "random": {}, "seeds": args.seeds})

@@ -13,6 +13,7 @@ importing this module (the ``elmo`` factory's module does) registers them.
 ``spacy_elmo.ElmoTok2Vec.v1``              task embedding + ELMo into a trainable encoder
 ``spacy_elmo.sent_or_strided_spans.v1``    span getter: sentences, or windows without them
 ``spacy_elmo.strided_spans.v1``            span getter: windows
+``spacy_elmo.training_cache.v1``           callback: a frozen biLM's outputs cached in training
 ========================================  ==========================================
 """
 import catalogue
@@ -21,6 +22,7 @@ from spacy.util import registry
 from .layers.bilm_model import ElmoBiLM
 from .layers.elmo_tok2vec import ElmoTok2Vec
 from .layers.listener import ElmoInputOutput, ElmoListener, ElmoMix
+from .layers.output_cache import training_cache
 from .layers.span_getters import configure_sent_or_strided_spans, configure_strided_spans
 
 if not hasattr(registry, "span_getters"):  # spacy-transformers makes it where installed
@@ -37,8 +39,13 @@ SPAN_GETTERS = {
     "spacy_elmo.sent_or_strided_spans.v1": configure_sent_or_strided_spans,
     "spacy_elmo.strided_spans.v1": configure_strided_spans,
 }
+CALLBACKS = {
+    "spacy_elmo.training_cache.v1": training_cache,
+}
 
 for _name, _func in ARCHITECTURES.items():
     registry.architectures.register(_name, func=_func)
 for _name, _func in SPAN_GETTERS.items():
     registry.span_getters.register(_name, func=_func)  # type: ignore[attr-defined]
+for _name, _func in CALLBACKS.items():
+    registry.callbacks.register(_name, func=_func)

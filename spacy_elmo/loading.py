@@ -3,8 +3,12 @@ to a loaded :class:`~spacy_elmo.bilm.BiLM`.
 
 The hub (:mod:`spacy_elmo.hub`) turns a name, path or URL into local files
 and knows no weight format; this module hands it the published format's
-check (:func:`spacy_elmo.bilm.weights.read_checked`). A fresh download is read
-and checked once: the arrays the check read are the ones the model gets.
+check (:func:`spacy_elmo.bilm.weights.read_checked`; for an ELMoForManyLangs
+model directory, :func:`spacy_elmo.bilm.formats.efml.load`). A fresh
+download of the published format is read and checked once: the arrays the
+check read are the ones the model gets. An ELMoForManyLangs download (a zip)
+is loaded once by the check and once more for the model, with the caller's
+settings.
 ``BiLM.from_pretrained``, the ``elmo`` component's weights (factory config,
 ``[initialize]``, first use, :func:`spacy_elmo.add_elmo`) and the command
 line all come through :func:`load_bilm`.
@@ -15,44 +19,68 @@ from typing import Dict, Optional, Tuple, Union
 import numpy
 
 from . import hub
+from .hub import families
 from .bilm import BiLM
-from .bilm.options import BiLMOptions
+from .bilm.formats import efml
+from .bilm.options import BiLMOptions, parameter_count
 from .bilm.weights import WeightFileError, read_checked
-from .hub import DownloadError, ModelNotFoundError  # noqa: F401 (the errors of this module's functions)
+from .hub import CacheError, DownloadError, ModelNotFoundError  # noqa: F401 (the errors of this module's functions)
 
 PathLike = Union[str, Path]
 Checked = Tuple[BiLMOptions, Dict[str, numpy.ndarray]]
 
 
+#: Bytes a weights file may take beyond its float32 parameters, for the hdf5
+#: layout (a few kB a dataset), which dominates for tiny models.
+WEIGHTS_LAYOUT_BYTES = 16 << 20
+
+
+def weights_max_bytes(options: BiLMOptions) -> int:
+    """The most bytes a weights file for ``options`` may take when
+    downloaded: twice its float32 parameters (room for float64 arrays) plus
+    :data:`WEIGHTS_LAYOUT_BYTES`."""
+    return 2 * 4 * parameter_count(options) + WEIGHTS_LAYOUT_BYTES
+
+
 class _Check:
-    """The published format's check, keeping what it read (a fresh
-    download's options and arrays) for the model."""
+    """The published format's checks: :meth:`options` on the options before
+    the weights are requested (its result bounds their size), the call on the
+    pair; keeps what it read (a fresh download's options and arrays) for the
+    model."""
 
     def __init__(self) -> None:
         self.read: Optional[Checked] = None
 
+    def options(self, options: Path) -> int:
+        return weights_max_bytes(BiLMOptions.from_file(options))
+
     def __call__(self, weights: Path, options: Path) -> None:
-        self.read = read_checked(weights, options)
+        if efml.is_model_dir(weights):
+            efml.load(weights, token_cache_size=0)
+        else:
+            self.read = read_checked(weights, options)
 
 
 def resolve(
     weights: Optional[PathLike] = None, options: Optional[PathLike] = None, *, progress: bool = True
 ) -> Tuple[Path, Path]:
-    """:func:`spacy_elmo.hub.resolve` with the published format's check on
+    """:func:`spacy_elmo.hub.resolve` with the published format's checks on
     every download."""
-    return hub.resolve(weights, options, check=_Check(), progress=progress)
+    check = _Check()
+    return hub.resolve(weights, options, check=check, check_options=check.options, progress=progress)
 
 
 def download(name: str, *, progress: bool = True) -> Tuple[Path, Path]:
-    """:func:`spacy_elmo.hub.download` with the published format's check."""
-    return hub.download(name, check=_Check(), progress=progress)
+    """:func:`spacy_elmo.hub.download` with the published format's checks."""
+    check = _Check()
+    return hub.download(name, check=check, check_options=check.options, progress=progress)
 
 
 def check_files(weights: PathLike, options: PathLike) -> None:
     """Raise unless ``weights`` loads as the published weight format against
     ``options`` (every dataset present, of the right shape, finite), without
-    building a biLM."""
-    read_checked(weights, options)
+    building a biLM; or, an ELMoForManyLangs model directory, as that."""
+    _Check()(Path(weights), Path(options))
 
 
 def load_bilm(
@@ -64,12 +92,15 @@ def load_bilm(
 ) -> BiLM:
     """A biLM by name, path or URL: ``None``/``"english"`` (shipped with the
     package), ``"small"``, ``"medium"``, ``"original"``, ``"original-5.5b"``
-    (AllenNLP's published English ELMo, downloaded once into the cache), a
-    directory or weights file, or an http(s) URL (see :mod:`spacy_elmo.hub`).
+    (AllenNLP's published English ELMo, downloaded once into the cache),
+    ``"efml:<lang>"``, ``"nlpl:<id>"`` (the other families), a directory,
+    weights file or zip, or an http(s) URL (see :mod:`spacy_elmo.hub`).
     ``kwargs`` go to :class:`~spacy_elmo.bilm.BiLM`."""
     _check_local_weights_file(weights)
     check = _Check()
-    weights_path, options_path = hub.resolve(weights, options, check=check, progress=progress)
+    weights_path, options_path = hub.resolve(weights, options, check=check, check_options=check.options, progress=progress)
+    if efml.is_model_dir(weights_path):
+        return efml.load(weights_path, **kwargs)
     read = check.read if check.read is not None else read_checked(weights_path, options_path)
     return BiLM.from_datasets(*read, **kwargs)
 
@@ -105,6 +136,8 @@ def check_local(weights: Optional[PathLike], options: Optional[PathLike] = None)
         return
     if not Path(weights).expanduser().exists():
         return
+    if families.is_efml_dir(Path(weights).expanduser()) or families.is_zip_path(weights):
+        return  # the other families' files are read and checked once, when loaded
     _check_local_weights_file(weights)
     _, options_path = hub.resolve(weights, options)
     BiLMOptions.from_file(options_path)

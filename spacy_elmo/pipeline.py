@@ -41,11 +41,12 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from . import architectures  # noqa: F401 (registers the architectures the default config names)
-from .bilm import BiLM
+from .bilm import BiLM, OptionsError, WeightFileError
 from .data import DTYPES, STORES, ElmoData, install_extensions
 from .vector_hooks import install as install_vector_hooks
 from .layers.bilm_shim import get_bilm, has_bilm, set_bilm
 from .layers.listener import ElmoListenerLayer
+from .layers.output_cache import OutputCache
 from .layers.scalar_mix import learned_mix
 from .loading import check_local, load_bilm
 
@@ -166,6 +167,8 @@ class Elmo(TrainablePipe):
         check_local(weights, options)
         #: Install :mod:`spacy_elmo.vector_hooks` on every annotated Doc.
         self.vector_hooks = vector_hooks
+        #: Training only (``spacy_elmo.training_cache.v1``; never saved): read while the biLM is not fine-tuned.
+        self.output_cache: Optional[OutputCache] = None
         install_extensions()
 
     # ------------------------------------------------------------ listeners
@@ -258,7 +261,11 @@ class Elmo(TrainablePipe):
         if not docs:
             return []
         self._load_configured_bilm()
-        return self.model.predict(docs)
+        return self._predict_layers(docs)
+
+    def _predict_layers(self, docs: List[Doc]) -> List[numpy.ndarray]:
+        cache = None if self.fine_tunes else self.output_cache
+        return self.model.predict(docs) if cache is None else cache.predict(self.model, docs)
 
     def set_annotations(self, docs: Sequence[Doc], layers: List[numpy.ndarray]) -> None:
         store, dtype, mix = self.cfg["store"], self.cfg["dtype"], self.cfg["mix"]
@@ -295,7 +302,7 @@ class Elmo(TrainablePipe):
         if self.fine_tunes:
             outputs, bp_outputs = self.model.begin_update(docs)
         else:
-            outputs, bp_outputs = self.model.predict(docs), None
+            outputs, bp_outputs = self._predict_layers(docs), None
         d_outputs: List[Optional[numpy.ndarray]] = [None] * len(outputs)
 
         def accumulate_gradient(grads):
@@ -375,8 +382,6 @@ class Elmo(TrainablePipe):
 
     # ------------------------------------------------------- serialization
     def from_disk(self, path, *, exclude=tuple()):
-        from .bilm import OptionsError, WeightFileError
-
         try:
             super().from_disk(path, exclude=exclude)
         except (OptionsError, WeightFileError) as err:

@@ -63,7 +63,10 @@ def read_bounded(path: Union[str, Path]) -> str:
     size = path.stat().st_size
     if size > MAX_BYTES:
         raise SenseDataError(f"{path}: {size} bytes is more than a sense set may have ({MAX_BYTES}); split it")
-    return path.read_text(encoding="utf-8")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise SenseDataError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}): save the set as UTF-8") from None
 
 
 def parse_frames(text: str, source: str = "<frames>") -> List[Dict]:

@@ -168,14 +168,20 @@ def load_senses(path: Union[str, Path, None] = None) -> List[Dict]:
             continue
         try:
             item = json.loads(line)
-            tokens = item["tokens"].split() if isinstance(item["tokens"], str) else list(item["tokens"])
-            index = int(item["index"])
-            word, sense = item["word"], item["sense"]
-        except (ValueError, KeyError, TypeError, AttributeError) as err:
-            raise SenseDataError(f"{path}:{number}: a line needs word, sense, tokens and index ({err})")
-        if not 0 <= index < len(tokens) or tokens[index].lower() != word.lower():
-            raise SenseDataError(f"{path}:{number}: index {index} does not point at {word!r} in {tokens}")
-        items.append({"word": word, "sense": sense, "tokens": tokens, "index": index})
+        except ValueError:
+            item = None
+        if not isinstance(item, dict):
+            raise SenseDataError(f"{path}:{number}: not a JSON object (one item a line)")
+        missing = [key for key in ("word", "sense", "tokens", "index") if key not in item]
+        if missing:
+            raise SenseDataError(f"{path}:{number}: the item lacks {', '.join(missing)}: each line needs word, sense, tokens and index")
+        if not isinstance(item["tokens"], (str, list)):
+            raise SenseDataError(f"{path}:{number}: tokens must be a list of strings or a whitespace-tokenised string")
+        tokens = item["tokens"].split() if isinstance(item["tokens"], str) else list(item["tokens"])
+        index = item["index"]
+        if not isinstance(index, int) or not 0 <= index < len(tokens) or str(tokens[index]).lower() != str(item["word"]).lower():
+            raise SenseDataError(f"{path}:{number}: index {index!r} does not point at {item['word']!r} in {tokens}")
+        items.append({"word": item["word"], "sense": item["sense"], "tokens": tokens, "index": index})
         if "frame" in item:
             items[-1]["frame"] = str(item["frame"])
     return items

@@ -5,8 +5,9 @@ time or the number of words of each evaluation, which a training curve
 against time needs. This logger prints spaCy's table (through
 ``ConsoleLogger.v3``) and writes one JSON object a line per evaluation to
 ``path``: ``epoch``, ``step``, ``score``, ``scores`` (the dev scores),
-``losses``, ``seconds`` (since training started) and ``words`` (seen so
-far)::
+``losses``, ``seconds`` (since training started), ``words`` (seen so
+far) and, when the ``elmo`` component has a training cache
+(``spacy_elmo.training_cache.v1``), ``elmo_cache`` (its hit counts)::
 
     [training.logger]
     @loggers = "spacy_elmo.JsonlLogger.v1"
@@ -63,6 +64,9 @@ def jsonl_logger(path: Optional[str] = None, console_output: bool = True):
                 "seconds": info.get("seconds"),
                 "words": info.get("words"),
             }
+            cache = _training_cache_stats(nlp)
+            if cache:
+                record["elmo_cache"] = cache
             stream.write(json.dumps(record) + "\n")
             stream.flush()
 
@@ -74,3 +78,12 @@ def jsonl_logger(path: Optional[str] = None, console_output: bool = True):
         return log_step, finalize
 
     return setup
+
+
+def _training_cache_stats(nlp):
+    """The hit counts of the first component's training cache, if any."""
+    for _, component in nlp.pipeline:
+        cache = getattr(component, "output_cache", None)
+        if cache is not None:
+            return cache.stats()
+    return None

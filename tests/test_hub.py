@@ -133,7 +133,7 @@ def no_network(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the network was used")
 
-    monkeypatch.setattr("urllib.request.urlopen", refuse)
+    monkeypatch.setattr("urllib.request.OpenerDirector.open", refuse)
 
 
 def files_in(folder: Path):
@@ -196,7 +196,7 @@ def test_by_name_matches_the_local_files_and_second_use_reads_the_cache(server, 
     assert n_requests == 2
     # a second use reads the cache only: the server is gone and urlopen refuses
     server.stop()
-    monkeypatch.setattr("urllib.request.urlopen", lambda *a, **k: pytest.fail("network used"))
+    monkeypatch.setattr("urllib.request.OpenerDirector.open", lambda *a, **k: pytest.fail("network used"))
     again = BiLM.from_pretrained("small", progress=False)
     assert_same_outputs(again, local, parity_sentences)
 
@@ -296,16 +296,21 @@ def test_truncated_download_raises_one_clear_error_and_caches_nothing(server, ca
 
 
 @pytest.mark.parametrize(
-    "name,problem",
-    [("small", "not an hdf5 file"), ("medium", "more than the options describe"), ("original", "not valid JSON")],
+    "name,what,problem",
+    [
+        ("small", "does not load as ELMo weights", "not an hdf5 file"),
+        ("medium", "does not load as ELMo weights", "more than the options describe"),
+        ("original", "the options do not load (the weights were not requested)", "not valid JSON"),
+    ],
 )
-def test_corrupt_download_raises_one_clear_error_and_caches_nothing(server, cache, monkeypatch, name, problem):
+def test_corrupt_download_raises_one_clear_error_and_caches_nothing(server, cache, monkeypatch, name, what, problem):
     monkeypatch.setenv(hub.MIRROR_ENV, f"{server.url}/bucket/corrupt")
     with pytest.raises(DownloadError) as info:
         loading.download(name, progress=False)
     message = str(info.value)
-    assert "does not load as ELMo weights" in message and problem in message
-    assert hub.published_urls(name)[0] in message and ".part" not in message
+    assert what in message and problem in message
+    weights_url, options_url = hub.published_urls(name)
+    assert (options_url if name == "original" else weights_url) in message and ".part" not in message
     assert_offline_advice(message, name)
     assert files_in(cache) == []
 
@@ -320,11 +325,11 @@ def test_missing_file_and_no_connection_give_the_offline_message(server, cache, 
     with pytest.raises(DownloadError) as info:
         BiLM.from_pretrained("small", progress=False)
     message = str(info.value)
-    assert f"could not get {dead}/{SMALL}/elmo_{SMALL}_weights.hdf5: no connection" in message
+    assert f"could not get {dead}/{SMALL}/elmo_{SMALL}_options.json: no connection" in message  # the options come first
     assert_offline_advice(message)
     with pytest.raises(DownloadError, match="give their local paths") as info:
         BiLM.from_pretrained(f"{dead}/x_weights.hdf5", progress=False)
-    assert f"{dead}/x_weights.hdf5" in str(info.value)
+    assert f"{dead}/x_options.json" in str(info.value)
     assert files_in(cache) == []
 
 
@@ -497,9 +502,9 @@ def test_cli_download_and_embed(server, shipped, cache, monkeypatch, tmp_path):
     default = runner.invoke(app, ["embed"], input=text)
     assert default.exit_code == 0, default.output
     assert "token vector norms" in default.output and "(3, 7, 48)" in default.output
-    for args in (["small"], [str(PARITY / "weights.hdf5"), str(PARITY / "options.json")], [str(PARITY)]):
-        result = runner.invoke(app, ["embed", *args], input=text)
+    for args in (["small"], [str(PARITY / "weights.hdf5"), "--options", str(PARITY / "options.json")], [str(PARITY)]):
+        result = runner.invoke(app, ["embed", "--model", *args], input=text)
         assert result.exit_code == 0, result.output
         assert result.output == default.output
-    result = runner.invoke(app, ["embed", "smal"], input=text)
+    result = runner.invoke(app, ["embed", "--model", "smal"], input=text)
     assert result.exit_code == 2 and "neither a model name" in result.output

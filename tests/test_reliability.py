@@ -442,5 +442,5 @@ def test_embed_command_reports_bad_files_without_a_traceback(tmp_path):
     from spacy_elmo.cli import app
 
     random_model(0).to_hdf5(tmp_path / "w.hdf5", tmp_path / "o.json")
-    result = CliRunner().invoke(app, ["embed", str(tmp_path / "w.hdf5"), str(tmp_path)], input="a b\n")
+    result = CliRunner().invoke(app, ["embed", "--model", str(tmp_path / "w.hdf5"), "--options", str(tmp_path)], input="a b\n")
     assert result.exit_code == 2 and "is a directory" in result.output

@@ -10,9 +10,10 @@ from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
+from spacy_elmo.cli.inputs import load_model
 from spacy_elmo.sense_frames import SenseDataError, parse_frames, stem_clashes
 from spacy_elmo.senses import DATA, load_senses, nearest_centroid, nearest_uses, one_nn, random_like, sense_eval
-from spacy_elmo.senses_command import format_table, load_bilm
+from spacy_elmo.senses_command import format_table
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +122,7 @@ def test_frames_format_and_its_errors(tmp_path):
         parse_frames(text)
     path = tmp_path / "set.jsonl"
     path.write_text('{"word": "bank", "tokens": ["bank"]}\n', encoding="utf-8")
-    with pytest.raises(SenseDataError, match="set.jsonl:1: a line needs word, sense, tokens and index"):
+    with pytest.raises(SenseDataError, match="set.jsonl:1: the item lacks sense, index: each line needs word, sense, tokens and index"):
         load_senses(path)
 
 
@@ -250,8 +251,11 @@ def test_nearest_centroid_leaves_the_item_out_of_its_centroid():
     assert nearest_centroid(numpy.ones((4, 3)), ["a", "a", "b", "b"]) == ([0.5] * 4, [True] * 4)
 
 
-def test_load_bilm_takes_what_embed_takes(monkeypatch, parity_paths, tmp_path):
+def test_cli_model_loader_takes_what_embed_takes(monkeypatch, parity_paths, tmp_path):
     from spacy_elmo import hub
+
+    def load_bilm(weights=None, options=None):
+        return load_model(None if weights is None else str(weights), None if options is None else str(options), progress=False)
 
     assert isinstance(load_bilm(parity_paths[0]), BiLM)  # options.json beside the weights
     assert isinstance(load_bilm(parity_paths[0].parent), BiLM)  # a model directory
@@ -262,16 +266,15 @@ def test_load_bilm_takes_what_embed_takes(monkeypatch, parity_paths, tmp_path):
         (shipped / name).write_bytes(path.read_bytes())
     monkeypatch.setattr(hub.names, "SHIPPED_MODEL_DIR", shipped)
     assert load_bilm().options.to_dict() == BiLM.from_hdf5(*parity_paths).options.to_dict()
-    with pytest.raises(ValueError, match="--options needs --weights"):
+    with pytest.raises(ValueError, match="--options needs --model"):
         load_bilm(options=parity_paths[1])
 
 
 def test_cli(tmp_path, parity_paths, monkeypatch):
-    # Whitespace tokens here: spacy.blank loads every installed spaCy plugin, slow in a test.
-    monkeypatch.setattr("spacy_elmo.senses_command.make_tokenizer", lambda lang: str.split)
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("She opened an account at the bank .\nNo use here .\nWe sat on the bank of the river .\n", encoding="utf-8")
-    weights = ["--weights", str(parity_paths[0]), "--options", str(parity_paths[1])]
+    # Whitespace tokens here: spacy.blank loads every installed spaCy plugin, slow in a test.
+    weights = ["--model", str(parity_paths[0]), "--options", str(parity_paths[1]), "--whitespace"]
     runner = CliRunner()
     result = runner.invoke(app, ["neighbours", "We sat on the bank of the river .", "--word", "bank", "--corpus", str(corpus), "--layer", "1"] + weights)
     assert result.exit_code == 0, result.output
@@ -282,11 +285,11 @@ def test_cli(tmp_path, parity_paths, monkeypatch):
     assert result.exit_code == 2
     data = tmp_path / "senses.jsonl"
     data.write_text("".join(json.dumps(it) + "\n" for it in STUB_DATA), encoding="utf-8")
-    result = runner.invoke(app, ["senses", "--data", str(data)] + weights)
+    result = runner.invoke(app, ["senses", "--data", str(data)] + weights[:4])
     assert result.exit_code == 0, result.output
-    baseline = runner.invoke(app, ["senses", "--data", str(data), "--random-weights"] + weights)
+    baseline = runner.invoke(app, ["senses", "--data", str(data), "--random-weights"] + weights[:4])
     assert baseline.exit_code == 0 and baseline.output != result.output, baseline.output
     # The command's baseline is the one the figures use: random_like(model, seed 0).
-    expected = format_table(sense_eval(random_like(load_bilm(*parity_paths), seed=0), data))
+    expected = format_table(sense_eval(random_like(load_model(*map(str, parity_paths), progress=False), seed=0), data))
     assert baseline.output.strip() == expected.strip()
     assert "50.0%" in result.output.splitlines()[1] and " 24 " in result.output and "mean" in result.output

@@ -4,7 +4,7 @@
 
 For every run in ``METRICS/<task>/<system>/f<pct>_s<seed>.json`` (the given
 seeds), runs ``python -m spacy evaluate TRAINING/<task>/<system>/f<pct>_s<seed>/model-best
-<test.spacy> --gold-preproc --code scripts/training_code.py --output J`` in a
+<test.spacy> --gold-preproc --output J`` in a
 fresh process and compares its main score with the one ``run_grid.py``
 recorded. Writes a markdown table and exits 1 if any differs by more than
 ``--tolerance`` (scores in [0, 1]).
@@ -15,11 +15,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from portable_paths import scrub
+
 import typer
 
 CORPUS = {"pos": "brown", "ner": "wnut", "sentiment": "sentiment"}
 MAIN_SCORE = {"pos": "tag_acc", "ner": "ents_f", "sentiment": "cats_macro_f"}
-SCRIPTS = Path(__file__).resolve().parent
 
 
 def main(
@@ -47,10 +48,10 @@ def main(
         with tempfile.TemporaryDirectory() as tmp:
             scores = Path(tmp) / "scores.json"
             command = [sys.executable, "-m", "spacy", "evaluate", str(model), str(corpus_dir / CORPUS[task] / "test.spacy"),
-                       "--gold-preproc", "--code", str(SCRIPTS / "training_code.py"), "--output", str(scores)]
+                       "--gold-preproc", "--output", str(scores)]
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode != 0:
-                rows.append((task, system, path.stem, run["test"].get(MAIN_SCORE[task]), None, done.stderr[-300:]))
+                rows.append((task, system, path.stem, run["test"].get(MAIN_SCORE[task]), None, scrub(done.stderr[-300:])))
                 bad += 1
                 continue
             got = json.loads(scores.read_text(encoding="utf-8"))[MAIN_SCORE[task]]

@@ -8,9 +8,9 @@ as ``spacy train`` does (``init_nlp``), then measures process CPU time
 
 - a training update on batches not seen before (``update_first``: for the
   ELMo systems this includes the biLM, which runs once per sentence thanks
-  to the training-time memo, see ``training_code.py``);
+  to the training-time output cache, ``spacy_elmo.training_cache.v1``);
 - a training update on the same batches again (``update_again``: the ELMo
-  memo hits; the transformer runs in full every time);
+  cache hits; the transformer runs in full every time);
 - prediction of unseen docs (``predict_first``: dev evaluation the first
   time, test evaluation and the speed benchmark) and of the same docs again
   (``predict_again``: later dev evaluations).
@@ -28,7 +28,6 @@ machine whatever else runs on it; on an idle machine wall-clock time is
 at most the CPU time (spaCy's own layers use one core, PyTorch both).
 """
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -36,7 +35,6 @@ from typing import Dict, List, Optional
 import typer
 
 SCRIPTS = Path(__file__).resolve().parent
-sys.path.insert(0, str(SCRIPTS))
 
 CORPUS = {"pos": "brown", "ner": "wnut", "sentiment": "sentiment"}
 STARTUP_CPU_S = {"baseline": 10.0, "elmo_listener": 12.0, "elmo_tok2vec": 12.0, "transformer": 25.0}
@@ -66,7 +64,6 @@ def batches(examples, words: int, n: int):
 def measure(config_path: Path, overrides: Dict[str, str], train: Path, dev: Path, n_batches: int,
             predict_words: int) -> Dict[str, float]:
     import spacy_elmo.pipeline  # noqa: F401
-    import training_code  # noqa: F401
     from spacy.training import Corpus
     from spacy.training.initialize import init_nlp
     from spacy.util import load_config

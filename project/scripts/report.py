@@ -28,6 +28,8 @@ from typing import Dict, List, Optional
 
 import typer
 
+from portable_paths import portable_path
+
 TASKS = {
     "pos": ("Brown POS (tagger)", "tag_acc", "accuracy"),
     "ner": ("WNUT-2016 NER", "ents_f", "F1"),
@@ -293,7 +295,7 @@ def main(
     weights = sorted({(r["provenance"].get("elmo_weights"), r["provenance"].get("elmo_weights_sha256"))
                       for r in runs if r.get("provenance", {}).get("elmo_weights")})
     for path, digest in weights:
-        lines.append(f"ELMo weights: `{path}` (sha256 `{digest[:16]}…`)")
+        lines.append(f"ELMo weights: `{portable_path(path)}` (sha256 `{digest[:16]}…`)")
     budgets = sorted({(r["task"], json.dumps(r["budget"], sort_keys=True)) for r in runs})
     for task, budget in budgets:
         lines.append(f"Budget, {task}: `{budget}`")

@@ -45,11 +45,12 @@ from typing import Dict, List, Optional
 
 import typer
 
+from portable_paths import portable_path
+from registry_fetch import sha256_of
+
 CORPUS = {"pos": "brown", "ner": "wnut", "sentiment": "sentiment"}
 MAIN_SCORE = {"pos": "tag_acc", "ner": "ents_f", "sentiment": "cats_macro_f"}
 ELMO_SYSTEMS = ("elmo_listener", "elmo_tok2vec")
-SCRIPTS = Path(__file__).resolve().parent
-sys.path.insert(0, str(SCRIPTS))
 
 
 def split_list(text: str) -> List[str]:
@@ -107,7 +108,7 @@ def train_run(config: Path, output: Path, train: Path, dev: Path, seed: int, bud
     output.mkdir(parents=True, exist_ok=True)
     command = [
         sys.executable, "-m", "spacy", "train", str(config),
-        "--output", str(output), "--code", str(SCRIPTS / "training_code.py"),
+        "--output", str(output),
         "--paths.train", str(train), "--paths.dev", str(dev), "--paths.log", str(output / "log.jsonl"),
         "--system.seed", str(seed),
         "--training.max_steps", str(budget["max_steps"]),
@@ -163,7 +164,8 @@ def main(
     metrics_dir: Path = typer.Option(Path("metrics"), help="Where each run's metrics JSON goes"),
     elmo_weights: Optional[Path] = typer.Option(None, help="biLM weights (hdf5, published format)"),
     elmo_options: Optional[Path] = typer.Option(None, help="biLM options JSON"),
-    elmo_memo_mib: int = typer.Option(4096, help="Memory for the training-time per-sentence ELMo memo"),
+    elmo_cache_mib: int = typer.Option(4096, help="MiB for the training-time cache of the frozen biLM's outputs "
+                                       "(spacy_elmo.training_cache.v1)"),
     transformer: Path = typer.Option(Path("assets/minilm"), help="Hugging Face model directory"),
     speed_docs: int = typer.Option(2000, help="Test docs the speed benchmark draws from"),
     speed_batches: int = typer.Option(30, help="Batches timed by the speed benchmark (spaCy's minimum: 30)"),
@@ -199,16 +201,14 @@ def main(
             for path in (elmo_weights, elmo_options):
                 if not path.exists():
                     raise SystemExit(f"ELMo file not found: {path} (set the project's elmo_weights/elmo_options vars)")
-            from registry_fetch import sha256_of
-
-            provenance = {"elmo_weights": str(elmo_weights), "elmo_weights_sha256": sha256_of(elmo_weights)}
+            provenance = {"elmo_weights": portable_path(elmo_weights), "elmo_weights_sha256": sha256_of(elmo_weights)}
             extra += ["--paths.elmo_weights", str(elmo_weights), "--paths.elmo_options", str(elmo_options),
-                      "--paths.elmo_memo_mib", str(elmo_memo_mib)]
+                      "--paths.elmo_cache_mib", str(elmo_cache_mib)]
         if system == "transformer":
             if not (transformer / "config.json").exists():
                 raise SystemExit(f"no transformer model directory at {transformer} (run fetch-minilm)")
             extra += ["--paths.transformer", str(transformer)]
-            provenance = {"transformer": str(transformer)}
+            provenance = {"transformer": portable_path(transformer)}
         setups[system] = (config, extra, provenance)
     for system, (config, extra, provenance) in setups.items():
         for fraction in fraction_list:
@@ -253,8 +253,6 @@ def evaluate_run(model_dir: Path, test: Path, task: str, do_speed: bool, speed_a
     import spacy
     from spacy.cli.evaluate import evaluate
 
-    sys.path.insert(0, str(SCRIPTS))
-    import training_code  # noqa: F401
     import spacy_elmo
 
     start = time.perf_counter()

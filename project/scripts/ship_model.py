@@ -20,6 +20,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from portable_paths import portable_config
+
 
 def run_summary(run: Path) -> dict:
     records = [json.loads(line) for line in (run / "log.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -52,7 +54,7 @@ def run_summary(run: Path) -> dict:
         "parameters": starts[0].get("parameters"),
         "vocab_size": starts[0].get("vocab_size"),
         "corpus_tokens": starts[0]["corpus"]["tokens"],
-        "config": config,
+        "config": portable_config(config),
         "curve": [(r["step"], r["dev_ppl"]) for r in evals],
     }
 

@@ -28,9 +28,10 @@ from typing import List
 
 import typer
 
+from portable_paths import portable_path
+from registry_fetch import sha256_of as sha256
+
 SCRIPTS = Path(__file__).resolve().parent
-sys.path.insert(0, str(SCRIPTS))
-from registry_fetch import sha256_of as sha256  # noqa: E402
 
 
 def main(
@@ -61,7 +62,8 @@ def main(
             from spacy_elmo.pretrain.perplexity import perplexity
 
             typer.echo(f"[{label}] held-out perplexity of {directory} on {heldout} ...")
-            info = {"label": label, "dir": str(directory), "weights_sha256": digest, "heldout": str(heldout),
+            info = {"label": label, "dir": portable_path(directory), "weights_sha256": digest,
+                    "heldout": portable_path(heldout),
                     **perplexity(directory, [heldout])}
             history = directory / "history.jsonl"
             if history.exists():

@@ -12,8 +12,6 @@ from typing import Callable, List, Optional, Sequence, Tuple, TypeVar
 import numpy
 import torch
 
-from .chars import batch_to_char_ids
-
 T = TypeVar("T")
 
 
@@ -60,7 +58,7 @@ def embed_batch(bilm, batch: List[Sequence[str]], call: Callable) -> Tuple[List[
     :class:`~spacy_elmo.bilm.model.BiLMOutput`): each sentence's layers
     (L+1, n_tokens, dim) as a float32 view without its boundaries, and the
     output itself."""
-    char_ids, _ = batch_to_char_ids(batch, bilm.options.max_characters_per_token)
+    char_ids, _ = bilm.batch_ids(batch)  # bytes, or an ELMoForManyLangs vocabulary's ids
     output = call(torch.from_numpy(char_ids).to(bilm.device))
     stacked = torch.stack(output.layers, dim=1).detach().float().cpu().numpy()  # (B, L+1, T, dim)
     return [stacked[row, :, 1 : len(s) + 1] for row, s in enumerate(batch)], output

@@ -21,9 +21,13 @@ Choices:
   the reference's ``encode('utf-8', 'ignore')`` does.
 * A token whose text is literally ``<S>`` or ``</S>`` is encoded from its bytes
   like any other word; only the boundaries this module adds are special.
+
+Beside the byte scheme, :class:`CharVocabulary` is the scheme of the
+ELMoForManyLangs family: ids from a per-model character vocabulary, with an
+optional word id per token.
 """
 from functools import lru_cache
-from typing import Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy
 
@@ -98,3 +102,111 @@ def batch_to_char_ids(
             out[row, i + offset] = token_char_ids(token, max_chars)
     return out, lengths
 
+
+
+# ------------------------------------------------------- character vocabulary
+#: Entries a character vocabulary (ELMoForManyLangs ``char.dic``) must hold.
+VOCAB_CHAR_SPECIALS = ("<bow>", "<eow>", "<oov>", "<pad>", "<bos>", "<eos>")
+#: Entries a word vocabulary (``word.dic``) must hold.
+VOCAB_WORD_SPECIALS = ("<oov>", "<pad>")
+#: The sentence boundary words of the character-vocabulary scheme.
+VOCAB_BOS, VOCAB_EOS = "<bos>", "<eos>"
+
+
+class CharVocabulary:
+    """The ELMoForManyLangs character-id scheme: a per-model vocabulary of
+    Unicode characters (``char.dic``) and, optionally, of words
+    (``word.dic``), beside the byte scheme above.
+
+    A token's row holds ``max_chars`` character ids and, when the model has
+    a word embedding, one more column: the word id. Every id is the
+    vocabulary's id +1, so that 0 means "no token" as in the byte scheme
+    (row 0 of the model's character and word embeddings is a constant zero
+    that the vocabulary's own rows follow).
+
+    What the reference (``elmoformanylangs`` 0.0.4, ``read_list`` and
+    ``create_one_batch``) does, reproduced here because it changes outputs:
+
+    * a token is cut to ``max_chars - 2`` code points (not bytes) before
+      both its characters and its word are looked up, so a long token's word
+      id is that of its prefix;
+    * the first position holds the id of ``<eow>`` and the position after
+      the last character the id of ``<bow>`` (the reference swaps the two
+      names; the published models were trained that way);
+    * the sentence boundaries are the words ``<bos>`` and ``<eos>``, read
+      as ``[<eow>, <bos>, <bow>]``; a token whose text is ``<bos>`` or
+      ``<eos>`` is read the same way (as in the reference);
+    * characters and words not in the vocabulary take the id of ``<oov>``;
+      positions after the word end hold ``<pad>``.
+    """
+
+    def __init__(self, chars: Dict[str, int], words: Optional[Dict[str, int]], max_chars: int = MAX_CHARS) -> None:
+        _check_max_chars(max_chars)
+        for name, table, specials in (("char", chars, VOCAB_CHAR_SPECIALS), ("word", words, VOCAB_WORD_SPECIALS)):
+            if table is None:
+                continue
+            missing = [s for s in specials if s not in table]
+            if missing:
+                raise ValueError(f"the {name} vocabulary lacks the entries {', '.join(missing)}")
+        self.chars = dict(chars)
+        self.words = None if words is None else dict(words)
+        self.max_chars = max_chars
+        c = self.chars
+        self._word_start, self._word_end = c["<eow>"] + 1, c["<bow>"] + 1
+        self._char_oov, self._char_pad = c["<oov>"] + 1, c["<pad>"] + 1
+        self._word_oov = None if self.words is None else self.words["<oov>"] + 1
+        self._cache: Dict[str, numpy.ndarray] = {}
+
+    @property
+    def width(self) -> int:
+        """Ids per token: ``max_chars``, +1 with a word vocabulary."""
+        return self.max_chars + (0 if self.words is None else 1)
+
+    @property
+    def pad_id(self) -> int:
+        """The (+1) id of in-word padding."""
+        return self._char_pad
+
+    def token_ids(self, token: str) -> numpy.ndarray:
+        """The (read-only) ids of one token."""
+        cached = self._cache.get(token)
+        if cached is not None:
+            return cached
+        text = token[: self.max_chars - 2]
+        ids = numpy.full(self.width, self._char_pad, dtype=numpy.int64)
+        ids[0] = self._word_start
+        if text in (VOCAB_BOS, VOCAB_EOS):
+            ids[1] = self.chars[text] + 1
+            ids[2] = self._word_end
+        else:
+            for k, char in enumerate(text):
+                ids[k + 1] = self.chars.get(char, self._char_oov - 1) + 1
+            ids[len(text) + 1] = self._word_end
+        if self.words is not None:
+            ids[-1] = self.words.get(text, self._word_oov - 1) + 1
+        ids.setflags(write=False)
+        if len(self._cache) < 2 ** 16:
+            self._cache[token] = ids
+        return ids
+
+    def batch_ids(self, sentences: Sequence[Sequence[str]], add_boundaries: bool = True) -> Tuple[numpy.ndarray, numpy.ndarray]:
+        """As :func:`batch_to_char_ids`, in this scheme."""
+        extra = 2 if add_boundaries else 0
+        lengths = numpy.array([len(s) + extra for s in sentences], dtype=numpy.int64)
+        width = int(lengths.max()) if len(sentences) else 0
+        out = numpy.zeros((len(sentences), width, self.width), dtype=numpy.int64)
+        offset = 1 if add_boundaries else 0
+        for row, sentence in enumerate(sentences):
+            if add_boundaries:
+                out[row, 0] = self.token_ids(VOCAB_BOS)
+                out[row, len(sentence) + 1] = self.token_ids(VOCAB_EOS)
+            for i, token in enumerate(sentence):
+                if not isinstance(token, str):
+                    raise TypeError(f"tokens must be str, found {type(token).__name__} in sentence {row}")
+                out[row, i + offset] = self.token_ids(token)
+        return out, lengths
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_cache"] = {}
+        return state

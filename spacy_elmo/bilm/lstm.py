@@ -59,6 +59,7 @@ class BiProjectedLSTMLayer(nn.Module):
         projection_dim: int,
         cell_clip: Optional[float] = None,
         proj_clip: Optional[float] = None,
+        forget_bias: float = 1.0,
     ) -> None:
         super().__init__()
         self.input_dim = input_dim
@@ -71,7 +72,7 @@ class BiProjectedLSTMLayer(nn.Module):
         self.bias = nn.Parameter(torch.zeros(2, 4 * cell_dim))
         self.weight_proj = nn.Parameter(torch.empty(2, projection_dim, cell_dim))
         forget = torch.zeros(4 * cell_dim)
-        forget[cell_dim : 2 * cell_dim] = 1.0
+        forget[cell_dim : 2 * cell_dim] = forget_bias
         self.register_buffer("forget_offset", forget, persistent=False)
         self.reset_parameters()
 
@@ -87,7 +88,9 @@ class BiProjectedLSTMLayer(nn.Module):
         return h, c
 
     def gate_bias(self) -> torch.Tensor:
-        """(2, 4 x cell_dim): ``bias`` with the forget gate's +1."""
+        """(2, 4 x cell_dim): ``bias`` with the forget gate's +1 (``forget_bias``:
+        1.0 for TensorFlow-trained models, 0.0 for ELMoForManyLangs, whose
+        PyTorch cell stores its biases as they are used)."""
         return self.bias + self.forget_offset
 
     def input_products(self, inputs: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:

@@ -8,6 +8,8 @@ import torch
 from torch import nn
 
 from .batching import embed_batch, map_batches
+from .chars import PAD_CHAR, CharVocabulary, batch_to_char_ids
+from .family import check_vocabulary
 from .fast.engine import InferenceEngine, ModelParts, check_precision
 from .fast.token_cache import ThreadLock, TokenCache, TypeProductCache
 from .lstm import BiProjectedLSTMLayer, State
@@ -109,6 +111,7 @@ class BiLM(nn.Module):
         stateful: bool = False,
         dropout: float = 0.0,
         token_cache_size: int = 50_000,
+        vocabulary: Optional[CharVocabulary] = None,
     ) -> None:
         super().__init__()
         if not 0.0 <= dropout < 1.0:
@@ -122,7 +125,11 @@ class BiLM(nn.Module):
             raise TypeError(f"options must be a BiLMOptions or an options dict, found {type(options).__name__}")
         options.validate()  # again: its fields may have changed since it was made
         self.options = options
-        self.token_encoder = CharCNNEncoder(options)
+        #: The character (and word) vocabulary of an ELMoForManyLangs model
+        #: (``options.family``); None: the byte scheme of bilm-tf models.
+        self.vocabulary = check_vocabulary(options, vocabulary)
+        pad_id = PAD_CHAR + 1 if self.vocabulary is None else self.vocabulary.pad_id
+        self.token_encoder = CharCNNEncoder(options, pad_id=pad_id)
         self.layers = nn.ModuleList(
             BiProjectedLSTMLayer(
                 options.projection_dim,
@@ -130,6 +137,7 @@ class BiLM(nn.Module):
                 options.projection_dim,
                 options.cell_clip,
                 options.proj_clip,
+                forget_bias=options.forget_bias,
             )
             for _ in range(options.n_layers)
         )
@@ -220,6 +228,14 @@ class BiLM(nn.Module):
         than the file holds."""
         return cls.from_datasets(*read_checked(weights_path, options_path), **kwargs)
 
+    def batch_ids(self, sentences: Sequence[Sequence[str]]) -> Tuple[numpy.ndarray, numpy.ndarray]:
+        """``(ids, lengths)`` of tokenised sentences in this model's scheme
+        (bytes, or its character vocabulary), sentence boundaries added:
+        the input of :meth:`forward`."""
+        if self.vocabulary is not None:
+            return self.vocabulary.batch_ids(sentences)
+        return batch_to_char_ids(sentences, self.options.max_characters_per_token)
+
     @classmethod
     def from_pretrained(
         cls, name: Optional[PathLike] = None, options: Optional[PathLike] = None, *, progress: bool = True, **kwargs
@@ -235,6 +251,11 @@ class BiLM(nn.Module):
 
     def to_hdf5(self, weights_path: PathLike, options_path: PathLike) -> None:
         """Export to the published format (weights hdf5 + options JSON)."""
+        if self.vocabulary is not None:
+            raise ValueError(
+                "an ELMoForManyLangs biLM (character vocabulary, word embedding) has no bilm-tf hdf5 form: "
+                "write it in its own layout with spacy_elmo.bilm.formats.efml.save(bilm, DIRECTORY)"
+            )
         save_hdf5(self, weights_path)
         self.options.to_file(options_path)
 

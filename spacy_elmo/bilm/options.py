@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from .chars import MAX_CHARS, N_CHARACTERS
+from .family import FAMILIES, FAMILY_BILM_TF, FAMILY_EFML, check_family_fields, write_family_fields  # noqa: F401
 
 ACTIVATIONS = ("relu", "tanh")
 
@@ -62,6 +63,9 @@ JSON_PATHS = {
     "cell_clip": "lstm.cell_clip",
     "proj_clip": "lstm.proj_clip",
     "use_skip_connections": "lstm.use_skip_connections",
+    "family": "family",
+    "word_embedding_dim": "word_embedding.dim",
+    "n_words": "word_embedding.n_words",
 }
 
 
@@ -105,11 +109,12 @@ def parameter_count(options: "BiLMOptions") -> int:
     options, computed from the sizes alone (nothing is allocated)."""
     o = options
     F, P, C = o.n_filters, o.projection_dim, o.lstm_dim
-    count = N_CHARACTERS * o.char_embedding_dim
+    count = o.char_rows * o.char_embedding_dim
+    count += (o.n_words + 1) * o.word_embedding_dim if o.word_embedding_dim else 0
     count += sum(width * o.char_embedding_dim * num + num for width, num in o.filters)
     count += o.n_highway * (F * 2 * F + 2 * F)
     if o.has_projection:
-        count += F * P + P
+        count += (F + o.word_embedding_dim) * P + P
     # Per layer and direction: W_ih (4C x P), W_hh (4C x P), bias (4C), W_P (P x C).
     count += o.n_layers * 2 * (2 * 4 * C * P + 4 * C + P * C)
     return count
@@ -134,6 +139,11 @@ class BiLMOptions:
     proj_clip: Optional[float] = 3.0
     use_skip_connections: bool = True
     extra: Dict[str, Any] = field(default_factory=dict)
+    #: The model family (:mod:`.family`; ELMoForManyLangs: ``n_characters`` is
+    #: the character vocabulary's size, and a word embedding may follow).
+    family: str = FAMILY_BILM_TF
+    word_embedding_dim: int = 0
+    n_words: int = 0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -160,8 +170,7 @@ class BiLMOptions:
                 problem(name, f"must be in [{low}, {high}], found {value}")
             else:
                 setattr(self, name, int(value))
-        if not _is_int(self.n_characters) or self.n_characters not in (261, 262):
-            problem("n_characters", f"must be 261 or 262, found {self.n_characters!r}")
+        check_family_fields(self, problem, _is_int)
         if not isinstance(self.activation, str) or self.activation not in ACTIVATIONS:
             problem("activation", f"must be one of {ACTIVATIONS}, found {self.activation!r}")
         if not isinstance(self.use_skip_connections, bool):
@@ -233,8 +242,23 @@ class BiLMOptions:
 
     @property
     def has_projection(self) -> bool:
-        """bilm-tf projects the CNN output only when its width differs."""
-        return self.n_filters != self.projection_dim
+        """bilm-tf projects only when the CNN width differs; ELMoForManyLangs always."""
+        return self.family == FAMILY_EFML or self.n_filters != self.projection_dim
+
+    @property
+    def char_rows(self) -> int:
+        """Rows of the character embedding, the "no token" row 0 included."""
+        return N_CHARACTERS if self.family == FAMILY_BILM_TF else self.n_characters + 1
+
+    @property
+    def forget_bias(self) -> float:
+        """Added to the forget gate at run time: TensorFlow's 1.0 (bilm-tf), 0 (ELMoForManyLangs)."""
+        return 1.0 if self.family == FAMILY_BILM_TF else 0.0
+
+    @property
+    def token_width(self) -> int:
+        """Ids per token in the input: the characters (+ the word id, with a word embedding)."""
+        return self.max_characters_per_token + (1 if self.word_embedding_dim else 0)
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "BiLMOptions":
@@ -256,7 +280,12 @@ class BiLMOptions:
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 raise OptionsError(f"options: field 'lstm.{name}' must be a number, found {value!r}", [f"lstm.{name}"])
             clip[name] = None if value is None else float(value)
-        options = cls(
+        family = _get(data, "", "family", str, FAMILY_BILM_TF)
+        words = _get(data, "", "word_embedding", dict, {}) if family == FAMILY_EFML else {}
+        return cls(
+            family=family,
+            word_embedding_dim=_get(words, "word_embedding.", "dim", int, 0),
+            n_words=_get(words, "word_embedding.", "n_words", int, 0),
             char_embedding_dim=_get(embedding, "char_cnn.embedding.", "dim", int),
             filters=[tuple(f) for f in filters],
             n_highway=_get(cnn, "char_cnn.", "n_highway", int, 0),
@@ -271,7 +300,6 @@ class BiLMOptions:
             use_skip_connections=_get(lstm, "lstm.", "use_skip_connections", bool, False),
             extra=extra,
         )
-        return options
 
     def to_dict(self) -> Dict[str, Any]:
         data = copy.deepcopy(self.extra)
@@ -284,6 +312,7 @@ class BiLMOptions:
             max_characters_per_token=self.max_characters_per_token,
             n_characters=N_CHARACTERS,
         )
+        write_family_fields(self, data)
         lstm = data.setdefault("lstm", {})
         lstm.update(
             dim=self.lstm_dim,

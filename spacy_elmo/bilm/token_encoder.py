@@ -1,4 +1,12 @@
-"""Context-free token encoder: char embedding -> CNN -> max-pool -> highway -> projection."""
+"""Context-free token encoder: char embedding -> CNN -> max-pool -> highway
+(-> concatenated after a word embedding) -> projection.
+
+The ELMoForManyLangs variant (``options.family``) differs only in its
+inputs: a character vocabulary instead of bytes (more rows in the char
+embedding, another padding id) and, where the model has one, a word
+embedding whose vector comes before the CNN output in the projection's
+input, as in the reference's ``ConvTokenEmbedder``.
+"""
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -37,17 +45,30 @@ class CharCNNEncoder(nn.Module):
     "no token" id (``padding_idx=0``: it never receives a gradient).
     """
 
-    def __init__(self, options: BiLMOptions) -> None:
+    def __init__(self, options: BiLMOptions, pad_id: int = PAD_ID) -> None:
         super().__init__()
         self.max_chars = options.max_characters_per_token
-        self.char_embedding = nn.Embedding(262, options.char_embedding_dim, padding_idx=0)
+        #: Ids per token: the characters, then the word id where there is a
+        #: word embedding.
+        self.token_width = options.token_width
+        #: The (+1) id of in-word padding (the byte scheme's, or a character
+        #: vocabulary's ``<pad>``).
+        self.pad_id = pad_id
+        self.char_embedding = nn.Embedding(options.char_rows, options.char_embedding_dim, padding_idx=0)
+        self.word_embedding = (
+            nn.Embedding(options.n_words + 1, options.word_embedding_dim, padding_idx=0)
+            if options.word_embedding_dim
+            else None
+        )
         self.convs = nn.ModuleList(
             nn.Conv1d(options.char_embedding_dim, num, width) for width, num in options.filters
         )
         self.activation = torch.tanh if options.activation == "tanh" else torch.relu
         self.highways = nn.ModuleList(Highway(options.n_filters) for _ in range(options.n_highway))
         self.projection = (
-            nn.Linear(options.n_filters, options.projection_dim) if options.has_projection else None
+            nn.Linear(options.word_embedding_dim + options.n_filters, options.projection_dim)
+            if options.has_projection
+            else None
         )
         self.output_dim = options.projection_dim
         self.max_width = max(width for width, _ in options.filters)
@@ -57,11 +78,9 @@ class CharCNNEncoder(nn.Module):
         of convolution ``k``'s unfolded windows (n, width x char_dim) by its
         kernel (an inference engine's int8 weights, :mod:`.fast.int8`)."""
         lead = char_ids.shape[:-1]
-        if char_ids.shape[-1] != self.max_chars:
-            raise ValueError(
-                f"char ids must have {self.max_chars} characters per token, found {char_ids.shape[-1]}"
-            )
-        flat = char_ids.reshape(-1, self.max_chars)
+        if char_ids.shape[-1] != self.token_width:
+            raise ValueError(f"char ids must have {self.token_width} ids per token, found {char_ids.shape[-1]}")
+        flat = char_ids.reshape(-1, self.token_width)
         if flat.shape[0] == 0:
             return flat.new_zeros(*lead, self.output_dim, dtype=self.char_embedding.weight.dtype)
         # Sort by length so that each chunk is cut close to its longest token.
@@ -88,7 +107,8 @@ class CharCNNEncoder(nn.Module):
         all 50 positions.
         """
         positions = torch.arange(1, self.max_chars + 1, device=flat.device)
-        real = (flat != PAD_ID) & (flat != 0)
+        chars = flat[:, : self.max_chars]
+        real = (chars != self.pad_id) & (chars != 0)
         return (real * positions).amax(dim=1)
 
     def _encode(self, flat: torch.Tensor, span: int, conv_products: Optional[Sequence[Product]]) -> torch.Tensor:
@@ -112,6 +132,8 @@ class CharCNNEncoder(nn.Module):
         x = self.activation(torch.cat(pooled, dim=-1))
         for highway in self.highways:
             x = highway(x)
+        if self.word_embedding is not None:
+            x = torch.cat([self.word_embedding(flat[:, self.max_chars]), x], dim=-1)
         if self.projection is not None:
             x = self.projection(x)
         return x

@@ -9,6 +9,7 @@ HOW_TO_GIVE_WEIGHTS = (
     "spacy_elmo.BiLM.from_pretrained(NAME). Names: 'english' (shipped with the "
     "package; the default), and AllenNLP's published English ELMo 'small', "
     "'medium', 'original', 'original-5.5b' (downloaded once into the cache; "
+    "other languages: 'efml:<lang>' (ELMoForManyLangs, e.g. 'efml:de') or 'nlpl:<id>' (the NLPL repository); "
     "ahead of time: python -m spacy_elmo download NAME). A path: a directory with "
     "weights.hdf5 and options.json, or weights = 'path/weights.hdf5' with "
     "options = 'path/options.json' (bilm-tf/AllenNLP format). Or an http(s) URL "

@@ -15,6 +15,10 @@
   directory holding ``weights.hdf5`` + ``options.json`` (what ``python -m
   spacy_elmo export`` writes) or one ``*weights.hdf5`` with its
   ``*options.json``.
+- The other published families (:mod:`.families`): ``efml:<lang>`` and
+  ``nlpl:<id>`` names, zips (local or URLs), and directories of
+  ELMoForManyLangs models or NLPL's ``model.hdf5``. For an ELMoForManyLangs
+  model the pair is ``(model directory, its config.json)``.
 
 Choices:
 
@@ -26,8 +30,17 @@ Choices:
   so files put there by hand, or a copy of the bucket, are used as they are,
   and a cache directory can itself be served as a mirror.
 - Downloads go through :mod:`.transport` (bounded, locked, atomic), with the
-  format check the caller hands in (``check``; :mod:`spacy_elmo.loading`
-  gives the published format's).
+  format checks the caller hands in (``check`` for the pair,
+  ``check_options`` for the options, run before the weights are requested;
+  :mod:`spacy_elmo.loading` gives the published format's).
+- A published weights file may take at most
+  :data:`PUBLISHED_WEIGHTS_MAX_BYTES` (its float32 parameters plus a
+  quarter); a URL's weights at most what their options' check allows.
+- The cache is checked before a download (:func:`check_cache`): a
+  ``SPACY_ELMO_CACHE`` that is a file or not writable, and a cache entry that
+  is a dangling symbolic link or not a regular file, are
+  errors (:class:`CacheError`) naming the setting or the entry and what to do. A
+  symbolic link to a regular file is a file put there by hand, and used.
 """
 import hashlib
 import os
@@ -37,7 +50,7 @@ from pathlib import Path
 from typing import Optional, Tuple, Union
 
 from .help import HOW_TO_GIVE_WEIGHTS, published_offline, urls_offline
-from .transport import Check, fetch_files
+from .transport import Check, CheckOptions, DownloadError, check_url, fetch_files, redact
 
 PathLike = Union[str, Path]
 
@@ -58,6 +71,16 @@ PUBLISHED_MODELS = {
     "original-5.5b": "2x4096_512_2048cnn_2xhighway_5.5B",
 }
 
+#: The most bytes a published weights file may take: its float32 parameters
+#: (``parameter_count`` of its options x 4: 51.9, 106.9 and 357.1 MiB) plus a
+#: quarter for the hdf5 layout, rounded up to MiB. Known before the first byte.
+PUBLISHED_WEIGHTS_MAX_BYTES = {
+    "small": 65 << 20,
+    "medium": 134 << 20,
+    "original": 447 << 20,
+    "original-5.5b": 447 << 20,
+}
+
 CACHE_ENV = "SPACY_ELMO_CACHE"
 MIRROR_ENV = "SPACY_ELMO_MIRROR"
 URL_PREFIXES = ("http://", "https://", "file://")
@@ -65,6 +88,11 @@ URL_PREFIXES = ("http://", "https://", "file://")
 
 class ModelNotFoundError(ValueError):
     """A name, path or shipped model that does not exist."""
+
+
+class CacheError(ValueError):
+    """The cache cannot be used: ``SPACY_ELMO_CACHE`` is a file or not
+    writable, or an entry in it is broken (a dangling link, not a file)."""
 
 
 # ------------------------------------------------------------------ places
@@ -87,9 +115,15 @@ def cache_dir() -> Path:
 def base_url() -> str:
     """``SPACY_ELMO_MIRROR`` (a URL, or a local directory, laid out like the
     published bucket) if set, else :data:`PUBLISHED_BASE_URL`."""
-    mirror = os.environ.get(MIRROR_ENV, "").strip()
+    return env_base_url(MIRROR_ENV, PUBLISHED_BASE_URL)
+
+
+def env_base_url(env: str, default: str) -> str:
+    """The base URL in the environment variable ``env`` (a URL, or a local
+    directory as a ``file://`` URL), else ``default``."""
+    mirror = os.environ.get(env, "").strip()
     if not mirror:
-        return PUBLISHED_BASE_URL
+        return default
     if not is_url(mirror):
         mirror = Path(mirror).expanduser().resolve().as_uri()
     return mirror.rstrip("/")
@@ -118,11 +152,56 @@ def published_cache_paths(name: str) -> Tuple[Path, Path]:
 
 
 def url_cache_path(url: str) -> Path:
-    """``<cache>/urls/<first 16 hex of sha256(url)>/<file name of the URL>``."""
+    """``<cache>/urls/<first 16 hex of sha256(url)>/<file name of the URL>``.
+    The file name is the URL path's last segment, decoded; one that is empty
+    or decodes to ``.``, ``..`` or something with a ``/`` or ``\\`` in it is
+    refused (:class:`~.transport.DownloadError`)."""
+    check_url(url)
     digest = hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
-    name = Path(urllib.parse.unquote(urllib.parse.urlsplit(url).path)).name
-    name = "".join(c if c.isalnum() or c in "._-" else "_" for c in name) or "download"
+    segment = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
+    if segment in ("", ".", "..") or any(c in segment for c in "/\\\0"):
+        raise DownloadError(
+            f"{redact(url)}: the URL does not end in a file name (its last part decodes to {segment!r}); "
+            "give the URL of the file itself"
+        )
+    name = "".join(c if c.isalnum() or c in "._-" else "_" for c in segment)
     return cache_dir() / "urls" / digest / name
+
+
+def check_cache(paths) -> None:
+    """Raise :class:`CacheError` unless the cache can hold ``paths`` (files
+    under :func:`cache_dir`): the cache is a directory, writable (or can be
+    made) where a file is missing, no entry on the way is a dangling symbolic link, each folder is a
+    directory and each existing file a regular file (or a link to one)."""
+    root = cache_dir()
+    setting = f"{CACHE_ENV}={os.environ[CACHE_ENV]}" if os.environ.get(CACHE_ENV) else f"the cache {root}"
+    fix = f"set {CACHE_ENV} to a writable directory"
+    probe = root
+    while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
+        probe = probe.parent  # the nearest thing that is there
+    if probe.is_symlink() and not probe.exists():
+        raise CacheError(f"{setting}: {probe} is a symbolic link to {os.readlink(probe)}, which does not exist; remove it or {fix}")
+    if not probe.is_dir():
+        raise CacheError(f"{setting}: {probe} is a file, not a directory; {fix}, or remove the file")
+    missing = [Path(path) for path in paths if not Path(path).exists()]
+    if missing and not os.access(probe, os.W_OK | os.X_OK):  # a read-only cache that holds the files is fine
+        raise CacheError(f"{setting}: {probe} is not writable; {fix}, or make it writable (chmod u+w {probe})")
+    for path in paths:
+        entry = Path(path)
+        entries = [entry] + [p for p in entry.parents if root in p.parents]
+        for item in reversed(entries):
+            is_file = item == entry
+            if item.is_symlink() and not item.exists():
+                raise CacheError(
+                    f"the cache entry {item} is a symbolic link to {os.readlink(item)}, which does not exist; "
+                    f"remove it (rm {item}) and it is downloaded again"
+                )
+            if item.exists() and (not item.is_file() if is_file else not item.is_dir()):
+                kind = "a regular file" if is_file else "a directory"
+                remove = f"rm -r {item}" if item.is_dir() and not item.is_symlink() else f"rm {item}"
+                raise CacheError(
+                    f"the cache entry {item} is not {kind}; remove it ({remove}) and it is downloaded again"
+                )
 
 
 def is_url(value: object) -> bool:
@@ -147,6 +226,7 @@ def resolve(
     options: Optional[PathLike] = None,
     *,
     check: Optional[Check] = None,
+    check_options: Optional[CheckOptions] = None,
     progress: bool = True,
 ) -> Tuple[Path, Path]:
     """Local ``(weights, options)`` files for a name, path or URL (see the
@@ -162,34 +242,48 @@ def resolve(
         if options is not None:
             raise ValueError("options were given without weights")
         return shipped_model()
+    from . import families
+
+    if isinstance(weights, str) and families.parse_name(weights) is not None:
+        if options is not None:
+            raise ValueError(f"the model name {weights!r} comes with its options; leave options out")
+        return families.resolve_name(weights, check=check, progress=progress)
+    if isinstance(weights, str) and is_url(weights) and families.is_zip_path(urllib.parse.urlsplit(weights).path):
+        return families.resolve_zip_url(weights, check=check, progress=progress)
     if isinstance(weights, str) and is_url(weights):
+        check_url(weights)  # before anything prints it
         if options is None:
             options = _sibling_options_url(weights)
-        return fetch(weights, options, check=check, progress=progress)
+        return fetch(weights, options, check=check, check_options=check_options, progress=progress)
     if isinstance(weights, str) and _is_name(weights):
         key = weights.strip().lower()
         if key in SHIPPED_NAMES or key in PUBLISHED_MODELS:
             if options is not None:
                 raise ValueError(f"the model name {weights!r} comes with its options; leave options out")
-            return shipped_model() if key in SHIPPED_NAMES else download(key, check=check, progress=progress)
+            return shipped_model() if key in SHIPPED_NAMES else download(key, check=check, check_options=check_options, progress=progress)
     path = Path(weights).expanduser()
     if path.is_dir():
         if options is not None:
             raise ValueError(f"{path} is a directory: leave options out, or give the weights file")
         return _directory_files(path)
+    if path.is_file() and families.is_zip_path(path) and options is None:
+        return families.resolve_local_zip(path, check=check)
     if path.is_file():
         if options is None:
             return path, _sibling_options(path)
-        return fetch(path, options, progress=progress)
+        return fetch(path, options, check=check, check_options=check_options, progress=progress)
     raise ModelNotFoundError(
         f"{str(weights)!r} is neither a model name nor an existing file or directory. "
         f"{HOW_TO_GIVE_WEIGHTS}"
     )
 
 
-def download(name: str, *, check: Optional[Check] = None, progress: bool = True) -> Tuple[Path, Path]:
+def download(
+    name: str, *, check: Optional[Check] = None, check_options: Optional[CheckOptions] = None, progress: bool = True
+) -> Tuple[Path, Path]:
     """A published model by name (see :data:`PUBLISHED_MODELS`): its files in
-    the cache, downloaded first if they are not there."""
+    the cache, downloaded first if they are not there (the weights at most
+    :data:`PUBLISHED_WEIGHTS_MAX_BYTES`)."""
     key = name.strip().lower()
     if key not in PUBLISHED_MODELS:
         raise ModelNotFoundError(f"unknown published model {name!r}; known: {', '.join(PUBLISHED_MODELS)}")
@@ -198,13 +292,21 @@ def download(name: str, *, check: Optional[Check] = None, progress: bool = True)
     offline = published_offline(
         key, weights_path, options_path, PUBLISHED_MODELS[key], PUBLISHED_BASE_URL, CACHE_ENV, MIRROR_ENV
     )
+    check_cache([weights_path, options_path])
     return fetch_files(
-        [(weights_url, weights_path), (options_url, options_path)], check=check, progress=progress, offline=offline
+        [(weights_url, weights_path), (options_url, options_path)],
+        check=check, check_options=check_options, progress=progress, offline=offline,
+        max_bytes=PUBLISHED_WEIGHTS_MAX_BYTES[key],
     )
 
 
 def fetch(
-    weights: PathLike, options: PathLike, *, check: Optional[Check] = None, progress: bool = True
+    weights: PathLike,
+    options: PathLike,
+    *,
+    check: Optional[Check] = None,
+    check_options: Optional[CheckOptions] = None,
+    progress: bool = True,
 ) -> Tuple[Path, Path]:
     """Weights and options given as URLs and/or local paths: each URL is
     downloaded once into ``<cache>/urls/`` (see :func:`url_cache_path`)."""
@@ -219,8 +321,11 @@ def fetch(
             if not path.is_file():
                 raise ModelNotFoundError(f"file not found: {path}")
             sources.append((None, path))
-    offline = urls_offline(dest for url, dest in sources if url is not None)
-    return fetch_files(sources, check=check, progress=progress, offline=offline)
+    downloads = [dest for url, dest in sources if url is not None]
+    if downloads:
+        check_cache(downloads)
+    offline = urls_offline(downloads)
+    return fetch_files(sources, check=check, check_options=check_options, progress=progress, offline=offline)
 
 
 def _is_name(value: str) -> bool:
@@ -231,7 +336,7 @@ def _sibling_options_url(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     if not parts.path.endswith("weights.hdf5"):
         raise ValueError(
-            f"cannot tell the options URL of {url}: give options = its options JSON (URL or path)"
+            f"cannot tell the options URL of {redact(url)}: give options = its options JSON (URL or path)"
         )
     return urllib.parse.urlunsplit(parts._replace(path=parts.path[: -len("weights.hdf5")] + "options.json"))
 
@@ -251,6 +356,11 @@ def _sibling_options(weights: Path) -> Path:
 
 
 def _directory_files(folder: Path) -> Tuple[Path, Path]:
+    from .families import directory_files
+
+    other = directory_files(folder)  # ELMoForManyLangs, or NLPL's model.hdf5
+    if other is not None:
+        return other
     if (folder / "weights.hdf5").is_file():
         return folder / "weights.hdf5", _sibling_options(folder / "weights.hdf5")
     found = sorted(folder.glob("*weights.hdf5"))

@@ -1,7 +1,9 @@
 """The biLM inside thinc: :class:`BiLMShim`, a ``PyTorchShim`` whose model is
 the :class:`~spacy_elmo.bilm.BiLM`, serialized in the published hdf5 format
 plus the options JSON, so a saved pipeline carries the weights in the same
-format bilm-tf reads and needs no outside file. The shim holds no biLM
+format bilm-tf reads and needs no outside file (an ELMoForManyLangs biLM:
+its two state dicts as hdf5 and its vocabularies,
+:func:`spacy_elmo.bilm.formats.efml.to_fields`). The shim holds no biLM
 (None) until the weights are given (:meth:`BiLMShim.set_bilm`) or read
 (``from_bytes``).
 
@@ -18,7 +20,9 @@ import torch
 from thinc.api import Model, PyTorchShim, get_torch_default_device
 
 from ..bilm import BiLM, BiLMOptions, OptionsError, WeightFileError
+from ..bilm.family import FAMILY_BILM_TF
 from ..bilm.fast.engine import check_precision
+from ..bilm.formats import efml
 from ..bilm.fast.token_cache import check_token_cache_size
 from ..bilm.weights import read_datasets, save_hdf5
 from ..hub.help import HOW_TO_GIVE_WEIGHTS
@@ -37,6 +41,8 @@ _RESAVE = (
 def _serialize_bilm(module: Optional[torch.nn.Module]) -> bytes:
     if not isinstance(module, BiLM):
         return b""
+    if module.vocabulary is not None:  # ELMoForManyLangs: its own tensors and vocabularies
+        return srsly.msgpack_dumps({"options": module.options.to_dict(), **efml.to_fields(module)})
     buffer = io.BytesIO()
     save_hdf5(module, buffer)
     return srsly.msgpack_dumps({"options": module.options.to_dict(), "weights": buffer.getvalue()})
@@ -64,6 +70,11 @@ def read_saved_bilm(data: bytes) -> BiLM:
         options = BiLMOptions.from_dict(msg["options"])
     except OptionsError as err:
         raise OptionsError(f"{where}: {err}; {_RESAVE}", err.fields) from None
+    if options.family != FAMILY_BILM_TF:
+        try:
+            return efml.from_fields(options, msg, where)
+        except efml.EfmlFormatError as err:
+            raise WeightFileError(f"{err}; {_RESAVE}") from None
     if not isinstance(msg.get("weights"), bytes):
         raise WeightFileError(f"{where} holds no weights (field 'weights' is missing or not bytes); {_RESAVE}")
     return BiLM.from_datasets(options, read_datasets(io.BytesIO(msg["weights"]), options))

@@ -9,6 +9,7 @@ format name.
 """
 import logging
 import os
+import zipfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -99,13 +100,31 @@ def load_checkpoint(path: Path) -> Dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise PretrainError(f"checkpoint not found: {path}")
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; a cut-off one lacks its directory
+        raise PretrainError(
+            f"the checkpoint {path} is damaged (truncated or overwritten: not a complete torch.save archive). "
+            f"{_earlier_checkpoints(path)}"
+        )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
-        raise PretrainError(f"cannot load checkpoint {path} (weights_only): {err}") from None
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise PretrainError(f"cannot load the checkpoint {path} (loaded with weights_only=True, so no pickled code runs): {reason}. {_earlier_checkpoints(path)}") from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise PretrainError(f"{path} is not a spacy_elmo pretraining checkpoint")
     return state
+
+
+def _earlier_checkpoints(path: Path) -> str:
+    """What to do instead of a damaged checkpoint: the other checkpoint
+    files beside it, if any (a run keeps only last.pt)."""
+    others = sorted(p.name for p in path.parent.glob("*.pt") if p != path)
+    if others:
+        return f"Use an earlier checkpoint instead (export --checkpoint FILE; for --resume, copy it to {path.name}): {', '.join(others)} in {path.parent}"
+    return (
+        f"No earlier checkpoint is beside it (a run keeps only {path.name}): restore {path.name} from a copy, "
+        "or start the run again in a fresh --output"
+    )
 
 
 # ------------------------------------------------------------ resume checks

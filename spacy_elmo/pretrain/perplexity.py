@@ -21,6 +21,7 @@ from typing import Dict, Sequence, Union
 
 import numpy
 import torch
+from tqdm import tqdm
 
 from ..bilm.options import BiLMOptions
 from ..bilm.weights import load_datasets, read_datasets
@@ -38,11 +39,12 @@ def perplexity(
     lang: str = "en",
     max_tokens: int = 64,
     batch_size: int = 128,
+    progress: bool = False,
 ) -> Dict[str, float]:
     """Forward, backward and mean (geometric) perplexity of the model in
     ``model_dir`` on ``texts`` (files or directories, as ``pretrain`` reads
     them). Returns ``ppl_forward``, ``ppl_backward``, ``ppl``, ``tokens`` and
-    ``unk_fraction``."""
+    ``unk_fraction``. ``progress``: a tqdm bar (stderr) over the windows."""
     model_dir = Path(model_dir)
     needed = ["weights.hdf5", "options.json", "vocab.txt", "softmax.hdf5"]
     missing = [name for name in needed if not (model_dir / name).is_file()]
@@ -68,7 +70,8 @@ def perplexity(
     sums = [0.0, 0.0, 0]
     unk = 0
     device = torch.device("cpu")
-    with torch.no_grad():
+    bar = tqdm(total=len(order), desc="perplexity", unit=" windows", disable=not progress)
+    with torch.no_grad(), bar:
         for start in range(0, len(order), batch_size):
             char_ids, targets, _ = batcher(order[start : start + batch_size], device)
             nll_f, nll_b, n = model.head(model.top_layer(char_ids), targets)
@@ -77,6 +80,7 @@ def perplexity(
             sums[2] += int(n)
             # Targets of one direction: every token and the closing boundary.
             unk += int((targets[:, 1:] == vocab.unk_id).sum())
+            bar.update(len(order[start : start + batch_size]))
     nll_f, nll_b, n = sums
     return {
         "ppl_forward": math.exp(nll_f / n),

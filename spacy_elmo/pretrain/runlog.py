@@ -14,7 +14,28 @@ logger = logging.getLogger(__name__)
 
 
 def read_log(path: Path) -> List[Dict[str, Any]]:
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    """The records of a ``log.jsonl``; a file that is not one (binary, not
+    UTF-8, a line that is not a JSON object) is a PretrainError naming the
+    file and the line."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise PretrainError(f"{path} is damaged or not a run log: not UTF-8 text (byte {err.start})") from None
+    records = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            raise PretrainError(
+                f"{path}, line {number}: not a JSON record: the log is damaged. Remove or repair that line "
+                "(each line of log.jsonl is one JSON object)"
+            )
+        records.append(record)
+    return records
 
 
 class RunLog:

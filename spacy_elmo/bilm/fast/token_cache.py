@@ -63,8 +63,13 @@ class ThreadLock:
 
 
 def type_keys(unique_ids: torch.Tensor) -> List[bytes]:
-    """A cache key for each token row (its char ids) of ``unique_ids`` (U, max_chars)."""
-    return [row.tobytes() for row in unique_ids.cpu().numpy().astype(numpy.int16)]
+    """A cache key for each token row (its ids) of ``unique_ids`` (U, ids per
+    token): int16 bytes where every id fits (bytes, small vocabularies),
+    int32 otherwise (a word id of a large ELMoForManyLangs vocabulary); the
+    two kinds differ in length, so they never collide."""
+    array = unique_ids.cpu().numpy()
+    dtype = numpy.int16 if array.size == 0 or int(array.max()) < 2 ** 15 else numpy.int32
+    return [row.tobytes() for row in array.astype(dtype)]
 
 
 def parameter_stamp(modules: List[torch.nn.Module]) -> Tuple:

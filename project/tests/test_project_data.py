@@ -1,17 +1,12 @@
 """The project's data scripts: parsing, labels, splits and slices (no network)."""
-import sys
-from pathlib import Path
 
 import pytest
 import spacy
 from spacy.tokens import Doc, DocBin
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "project" / "scripts"
-sys.path.insert(0, str(SCRIPTS))
-
-import fetch_sentiment  # noqa: E402
-import fetch_wnut  # noqa: E402
-import run_grid  # noqa: E402
+import fetch_sentiment
+import fetch_wnut
+import run_grid
 
 
 def test_wnut_tweets_and_split():
@@ -52,35 +47,3 @@ def test_slices_are_nested_per_seed_and_differ_between_seeds(tmp_path):
     assert large[0] != large[1]
     # Deterministic: the same file again.
     assert words(run_grid.make_slice(train, 10, 0, tmp_path / "other")) == large[0]
-
-
-def test_elmo_memo_gives_the_same_layers_and_runs_the_bilm_once_per_sentence():
-    import numpy
-
-    import training_code
-    from conftest import random_model
-
-    bilm = random_model(0)
-    calls = []
-
-    def embed(sentences, batch_size=64):
-        calls.append(len(sentences))
-        return bilm.embed_sentences(sentences, batch_size=batch_size)
-
-    memo = training_code.SentenceMemo(embed, max_bytes=1 << 20)
-    sentences = [["The", "dog", "barked"], ["It", "rained"], ["The", "dog", "barked"]]
-    direct = bilm.embed_sentences(sentences)
-    first = memo(sentences)
-    again = memo(list(reversed(sentences)))
-    assert calls == [2]  # two distinct sentences, one call; the second pass is all hits
-    assert memo.hits == 3 and memo.misses == 2
-    for a, b in zip(direct, first):
-        numpy.testing.assert_array_equal(a, b)  # computed now: exact
-    for a, b in zip(reversed(direct), again):
-        assert b.dtype == numpy.float32
-        numpy.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3)  # stored as float16
-    # A full memo computes new sentences and stores nothing more.
-    tiny = training_code.SentenceMemo(embed, max_bytes=0)
-    tiny(sentences[:1])
-    tiny(sentences[:1])
-    assert tiny.nbytes == 0 and tiny.misses == 2

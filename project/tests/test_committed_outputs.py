@@ -1,0 +1,42 @@
+"""Committed outputs hold no path of the machine that made them; the writers' path rule."""
+import json
+import re
+
+import pytest
+
+from portable_paths import REPO, portable_config, portable_path, scrub
+
+COMMITTED = [REPO / "project" / "metrics", REPO / "project" / "reports", REPO / "spacy_elmo" / "models"]
+TEXT_SUFFIXES = {".json", ".jsonl", ".md", ".txt", ".cfg", ".csv", ".yml", ".yaml"}
+MACHINE_PATH = re.compile(r"/work/|/home/|/root/|/tmp/|/Users/|[A-Za-z]:\\\\")
+
+
+def committed_text_files():
+    return sorted(p for d in COMMITTED for p in d.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
+
+
+def test_the_scan_sees_the_committed_outputs():
+    names = {p.relative_to(REPO).as_posix() for p in committed_text_files()}
+    assert "project/reports/README.md" in names and "spacy_elmo/models/english/history.jsonl" in names
+    assert sum(n.startswith("project/metrics/") for n in names) >= 26
+
+
+@pytest.mark.parametrize("path", committed_text_files(), ids=lambda p: p.relative_to(REPO).as_posix())
+def test_no_machine_path_in_committed_outputs(path):
+    text = path.read_text(encoding="utf-8", errors="replace")
+    found = MACHINE_PATH.search(text)
+    assert found is None, f"{path.relative_to(REPO)} holds a machine path near {text[found.start() - 40:found.end() + 40]!r}"
+
+
+def test_portable_path_rule(tmp_path):
+    assert portable_path(REPO / "spacy_elmo" / "models" / "english" / "weights.hdf5") == \
+        "spacy_elmo/models/english/weights.hdf5"
+    assert portable_path(tmp_path / "exports" / "step1250") == "step1250"
+    assert portable_path("C:\\Users\\me\\heldout.txt") == "heldout.txt"
+    assert portable_path(None) is None
+    config = {"train": [str(tmp_path / "train")], "output": str(tmp_path / "en1"), "options": "project/configs/x.json",
+              "lr": 0.002, "nested": {"dev": [str(REPO / "project" / "corpus" / "heldout.txt")]}}
+    assert portable_config(config) == {"train": ["train"], "output": "en1", "options": "project/configs/x.json",
+                                       "lr": 0.002, "nested": {"dev": ["project/corpus/heldout.txt"]}}
+    assert MACHINE_PATH.search(json.dumps(portable_config(config))) is None
+    assert scrub(f"Error: {REPO}/project/training/x not found") == "Error: project/training/x not found"

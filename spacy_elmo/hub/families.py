@@ -1,0 +1,280 @@
+"""Names, zips and directories of the other published ELMo families.
+
+* ``efml:<lang>``: the ELMoForManyLangs model of a language (HIT-SCIR,
+  trained on CoNLL-2018 text), served by the NLPL repository as
+  ``http://vectors.nlpl.eu/repository/11/<id>.zip``; ids 136-179 follow
+  :data:`EFML_LANGUAGES` in order.
+* ``nlpl:<id>`` (or ``nlpl:<version>/<id>``): any NLPL repository zip, e.g.
+  its bilm-tf ELMo models (``model.hdf5``, ``options.json``, ``vocab.txt``,
+  ``meta.json``). Without a version, ids up to 179 are looked up in
+  repository version 1.1 (``/11/``) and later ids in 2.0 (``/20/``).
+* A local ``.zip`` file or an http(s) URL of one: unpacked into the cache.
+* A directory: an ELMoForManyLangs model (``config.json`` + ``encoder.pkl``),
+  or a bilm-tf model stored as ``model.hdf5`` + ``options.json`` (NLPL's
+  names), at its top or one level down.
+
+Choices:
+
+* Zips go through the cache like every download (:mod:`.transport`: a
+  lock, a temporary file, a length check, nothing left behind on failure)
+  and are unpacked into ``<cache>/nlpl/<version>/<id>/`` (names),
+  ``<cache>/urls/<hash>/<name>/`` (URLs) or ``<cache>/zips/<hash of the
+  content>/`` (local zips). A model directory in the cache is used as it
+  is, with no network: to work offline, unzip the file there by hand (or
+  give the zip or its directory as the weights).
+* Unpacking is bounded and confined: at most :data:`MAX_MEMBERS` members
+  and :data:`MAX_UNPACKED_BYTES` bytes in all (counted while writing, not
+  taken from the zip's headers), no absolute names, no ``..``, no links;
+  only regular files are written. Everything is unpacked into a temporary
+  directory beside the destination, the model in it is handed to the
+  caller's ``check`` (the hub knows no weight format: :mod:`spacy_elmo.loading`
+  hands in one that loads either family), and only then is the directory
+  moved into place.
+* An ELMoForManyLangs directory is told by its file names alone
+  (:data:`EFML_MARKERS`), as the format module
+  (:func:`spacy_elmo.bilm.formats.efml.is_model_dir`) tells it.
+* ``SPACY_ELMO_NLPL_MIRROR`` (a URL, or a local directory, laid out like
+  ``http://vectors.nlpl.eu/repository``: ``<base>/<version>/<id>.zip``)
+  replaces the NLPL base URL, as ``SPACY_ELMO_MIRROR`` does for AllenNLP's.
+"""
+import hashlib
+import os
+import shutil
+import stat
+import tempfile
+import zipfile
+from pathlib import Path, PurePosixPath
+from typing import Optional, Tuple
+
+from .names import CACHE_ENV, ModelNotFoundError, cache_dir, env_base_url, url_cache_path
+from .transport import Check, DownloadError, _cleanup, _download, _Failure, _locked, _make_dirs
+
+#: ELMoForManyLangs languages in the order of their NLPL ids (136 onwards).
+EFML_LANGUAGES = (
+    "ar", "bg", "ca", "cs", "cu", "da", "de", "el", "en", "es", "et", "eu", "fa", "fi", "fr", "ga", "gl", "grc",
+    "he", "hi", "hr", "hu", "id", "it", "ja", "ko", "la", "lv", "nl", "nb", "nn", "pl", "pt", "ro", "ru", "sk",
+    "sl", "sv", "tr", "ug", "uk", "ur", "vi", "zh",
+)
+EFML_FIRST_ID = 136
+NLPL_BASE_URL = "http://vectors.nlpl.eu/repository"
+NLPL_MIRROR_ENV = "SPACY_ELMO_NLPL_MIRROR"
+#: Repository version of the ids up to :data:`NLPL_V11_LAST_ID`; later ids: "20".
+NLPL_V11_LAST_ID = 179
+
+#: Bounds of a zip: members, and bytes unpacked in all (the largest
+#: published ELMo zips unpack to about 1 GB).
+MAX_MEMBERS = 64
+MAX_UNPACKED_BYTES = 8 << 30
+#: Largest zip downloaded.
+MAX_ZIP_BYTES = 8 << 30
+#: The files that make a directory an ELMoForManyLangs model.
+EFML_MARKERS = ("config.json", "encoder.pkl")
+
+
+class UnsafeArchiveError(ValueError):
+    """A zip that would write outside its directory, or past the bounds."""
+
+
+def efml_id(lang: str) -> int:
+    """The NLPL id of the ELMoForManyLangs model of ``lang``."""
+    key = lang.strip().lower()
+    if key not in EFML_LANGUAGES:
+        raise ModelNotFoundError(
+            f"no ELMoForManyLangs model for {lang!r}; languages: {', '.join(EFML_LANGUAGES)}"
+        )
+    return EFML_FIRST_ID + EFML_LANGUAGES.index(key)
+
+
+def nlpl_base_url() -> str:
+    """``SPACY_ELMO_NLPL_MIRROR`` if set, else :data:`NLPL_BASE_URL`."""
+    return env_base_url(NLPL_MIRROR_ENV, NLPL_BASE_URL)
+
+
+def parse_name(value: str) -> Optional[Tuple[str, int]]:
+    """``(version, id)`` of an ``efml:<lang>`` or ``nlpl:[<version>/]<id>``
+    name; None for anything else."""
+    if not isinstance(value, str) or ":" not in value:
+        return None
+    scheme, _, rest = value.strip().partition(":")
+    scheme = scheme.lower()
+    if scheme == "efml":
+        return "11", efml_id(rest)
+    if scheme == "nlpl":
+        version, _, ident = rest.rpartition("/")
+        if not ident.isdigit() or (version and not version.isdigit()):
+            raise ModelNotFoundError(f"{value!r}: write nlpl:<id> or nlpl:<version>/<id>, e.g. nlpl:136 or nlpl:20/210")
+        number = int(ident)
+        return version or ("11" if number <= NLPL_V11_LAST_ID else "20"), number
+    return None
+
+
+def name_url(version: str, number: int) -> str:
+    return f"{nlpl_base_url()}/{version}/{number}.zip"
+
+
+# -------------------------------------------------------------- resolving
+def resolve_name(value: str, *, check: Optional[Check] = None, progress: bool = True) -> Tuple[Path, Path]:
+    """The model files of an ``efml:``/``nlpl:`` name, downloaded and
+    unpacked into the cache once."""
+    parsed = parse_name(value)
+    assert parsed is not None
+    version, number = parsed
+    dest = cache_dir() / "nlpl" / version / str(number)
+    url = name_url(version, number)
+    offline = (
+        f"To use {value!r} offline, download {NLPL_BASE_URL}/{version}/{number}.zip where you are online and "
+        f"unzip it into {dest} (the cache; set {CACHE_ENV} to move it), or give the zip or its directory "
+        f"as the weights, or set {NLPL_MIRROR_ENV} to a base URL or directory laid out like {NLPL_BASE_URL} "
+        f"(<base>/{version}/{number}.zip)."
+    )
+    return fetch_zip(url, dest, check=check, progress=progress, offline=offline)
+
+
+def resolve_zip_url(url: str, *, check: Optional[Check] = None, progress: bool = True) -> Tuple[Path, Path]:
+    cached = url_cache_path(url)
+    dest = cached.with_name(cached.name[: -len(".zip")] if cached.name.lower().endswith(".zip") else cached.name + ".d")
+    offline = f"To work offline, download {url} where you are online and give the zip (or the directory it unpacks to) as the weights."
+    return fetch_zip(url, dest, check=check, progress=progress, offline=offline)
+
+
+def resolve_local_zip(path: Path, *, check: Optional[Check] = None) -> Tuple[Path, Path]:
+    """A local zip: unpacked once into ``<cache>/zips/<hash of its content>/``."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fin:
+        for chunk in iter(lambda: fin.read(1 << 20), b""):
+            digest.update(chunk)
+    dest = cache_dir() / "zips" / digest.hexdigest()[:16]
+    if dest.is_dir():
+        return model_files(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(dest.parent / f".{dest.name}.lock", progress=False):
+        if not dest.is_dir():
+            _unpack_checked(path, dest, check)
+    return model_files(dest)
+
+
+def fetch_zip(url: str, dest: Path, *, check: Optional[Check], progress: bool, offline: str) -> Tuple[Path, Path]:
+    """``url`` (a zip) unpacked into ``dest`` unless it is there already; the
+    model in it handed to ``check`` first (None: no format check)."""
+    if dest.is_dir():
+        return model_files(dest)
+    created = _make_dirs([dest.parent])
+    temp: Optional[Path] = None
+    try:
+        with _locked(dest.parent / f".{dest.name}.lock", progress=progress):
+            if not dest.is_dir():  # again: another process may have finished
+                temp = _download(url, dest.parent / (dest.name + ".zip"), progress=progress, max_bytes=MAX_ZIP_BYTES)
+                try:
+                    _unpack_checked(temp, dest, check)
+                except (ValueError, OSError) as err:
+                    raise _Failure(f"the zip does not hold a loadable ELMo model: {err}", url) from None
+    except _Failure as err:
+        _discard(temp)
+        _cleanup([], created)
+        raise DownloadError(f"could not get {err.url or url}: {err}. Nothing was cached. {offline}") from None
+    except BaseException:
+        _discard(temp)
+        _cleanup([], created)
+        raise
+    _discard(temp)
+    return model_files(dest)
+
+
+def _discard(path: Optional[Path]) -> None:
+    if path is not None:
+        path.unlink(missing_ok=True)
+
+
+def _unpack_checked(archive: Path, dest: Path, check: Optional[Check]) -> None:
+    """Unpack into a temporary directory beside ``dest``, hand the model
+    there to ``check``, then move it into place."""
+    staging = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part"))
+    try:
+        safe_unpack(archive, staging)
+        weights, options = model_files(staging)
+        if check is not None:
+            check(weights, options)
+        os.replace(staging, dest)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def safe_unpack(archive: Path, target: Path) -> None:
+    """Extract ``archive`` into ``target`` within the bounds (module docstring)."""
+    try:
+        zf = zipfile.ZipFile(archive)
+    except (zipfile.BadZipFile, OSError) as err:
+        raise UnsafeArchiveError(f"{archive} is not a zip file ({err})") from None
+    root = target.resolve()
+    with zf:
+        members = zf.infolist()
+        if len(members) > MAX_MEMBERS:
+            raise UnsafeArchiveError(f"{archive} holds {len(members)} members, more than {MAX_MEMBERS}")
+        written = 0
+        for info in members:
+            name = info.filename
+            parts = PurePosixPath(name.replace("\\", "/")).parts
+            if name.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
+                raise UnsafeArchiveError(f"{archive}: member {name!r} would be written outside the directory")
+            mode = info.external_attr >> 16
+            if stat.S_ISLNK(mode):
+                raise UnsafeArchiveError(f"{archive}: member {name!r} is a link; links are not unpacked")
+            if info.is_dir():
+                continue
+            dest = (root / Path(*parts)).resolve()
+            if root not in dest.parents:
+                raise UnsafeArchiveError(f"{archive}: member {name!r} would be written outside the directory")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(dest, "xb") as out:
+                while True:
+                    chunk = src.read(1 << 20)
+                    if not chunk:
+                        break
+                    written += len(chunk)
+                    if written > MAX_UNPACKED_BYTES:
+                        raise UnsafeArchiveError(f"{archive} unpacks to more than {MAX_UNPACKED_BYTES:,} bytes")
+                    out.write(chunk)
+
+
+# ------------------------------------------------------------ directories
+def directory_files(folder: Path) -> Optional[Tuple[Path, Path]]:
+    """``(model directory, its config.json)`` of an ELMoForManyLangs model,
+    or ``(model.hdf5, options.json)`` of an NLPL bilm-tf one, at the top of
+    ``folder``; None otherwise."""
+    if is_efml_dir(folder):
+        return folder, folder / "config.json"
+    if (folder / "model.hdf5").is_file() and (folder / "options.json").is_file():
+        return folder / "model.hdf5", folder / "options.json"
+    return None
+
+
+def model_files(folder: Path) -> Tuple[Path, Path]:
+    """As :func:`directory_files`, at the top of ``folder`` or one level down."""
+    found = directory_files(folder)
+    if found is not None:
+        return found
+    subdirs = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    for sub in subdirs:
+        found = directory_files(sub)
+        if found is not None:
+            return found
+    names = sorted(p.name for p in folder.iterdir())[:12]
+    raise ModelNotFoundError(
+        f"{folder} holds no ELMo model ({', '.join(names) or 'nothing'}): expected an ELMoForManyLangs "
+        "directory (config.json, char.dic, word.dic, token_embedder.pkl, encoder.pkl) or bilm-tf weights "
+        "(model.hdf5 + options.json, or weights.hdf5 + options.json)"
+    )
+
+
+def is_efml_dir(path: object) -> bool:
+    """Whether ``path`` is a directory holding :data:`EFML_MARKERS`."""
+    if not isinstance(path, (str, Path)):
+        return False
+    path = Path(path)
+    return path.is_dir() and all((path / name).is_file() for name in EFML_MARKERS)
+
+
+def is_zip_path(value: object) -> bool:
+    return isinstance(value, (str, Path)) and str(value).lower().endswith(".zip")
+
