@@ -3,6 +3,7 @@ storage option, and peak RSS for N docs streamed through ``nlp.pipe``.
 
     python benchmarks/pipeline_memory.py bytes --text project/corpus/brown/test.txt
     python benchmarks/pipeline_memory.py rss --text project/corpus/brown/test.txt --docs 10000
+    python benchmarks/pipeline_memory.py long-doc --text TEXT --tokens 100000 --shape small
 
 The biLM has random weights of a published shape (``--shape``, default
 ``original``: dim 2*512, 3 layers); memory does not depend on the values.
@@ -92,6 +93,36 @@ def rss(
     typer.echo(f"docs: {docs}, tokens: {n_tokens}, {n_tokens / seconds:.0f} tokens/s")
     typer.echo(f"RSS after loading: {before / mib:.0f} MiB; every 1000 docs: {' '.join(f'{s / mib:.0f}' for s in samples)} MiB")
     typer.echo(f"peak RSS (VmHWM): {_status('VmHWM') / mib:.0f} MiB")
+
+
+@app.command("long-doc")
+def long_doc(text: Path = typer.Option(...), shape: str = "small", tokens: int = 100_000, dtype: str = "float32") -> None:
+    """Peak memory of one Doc of ``tokens`` tokens without sentence
+    boundaries (the words of ``text``, whitespace-split, cycled), against
+    the size of its result on Doc._.elmo. The extra peak is VmHWM after the
+    call minus the RSS before it (the Doc itself is built first)."""
+    from spacy.tokens import Doc
+
+    nlp = _nlp(shape, {"dtype": dtype})
+    words = []
+    while len(words) < tokens:
+        with text.open(encoding="utf-8") as fin:
+            for line in fin:
+                words.extend(line.split()[: tokens - len(words)])
+                if len(words) >= tokens:
+                    break
+    doc = Doc(nlp.vocab, words=words)
+    nlp("warm up the model .")
+    before = _status("VmRSS")
+    start = time.perf_counter()
+    doc = nlp(doc)
+    seconds = time.perf_counter() - start
+    mib = 1024 * 1024
+    result = doc._.elmo.nbytes
+    extra = _status("VmHWM") - before
+    typer.echo(f"tokens: {len(doc)}, shape: {shape}, {seconds:.0f} s")
+    typer.echo(f"result on Doc._.elmo: {result / mib:.0f} MiB; peak RSS above the start: {extra / mib:.0f} MiB "
+               f"({extra / result:.2f}x the result)")
 
 
 if __name__ == "__main__":

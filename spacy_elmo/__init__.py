@@ -18,6 +18,7 @@ _SPACY_NAMES = {
     "mix_weights": "pipeline",
     "Elmo": "pipeline",
     "ElmoData": "data",
+    "SavedPipelineError": "saved_pipeline",
 }
 
 __all__ = ["BiLM", "BiLMOptions", "OptionsError", "WeightFileError", "__version__", "load_bilm", *_SPACY_NAMES]

@@ -119,7 +119,81 @@ class ElmoData:
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "ElmoData":
+        """From :meth:`to_dict`'s map (a DocBin or ``Doc.from_bytes``
+        payload), validated: see :func:`check_payload`."""
+        check_payload(data)
         return cls(layers=data["layers"], mixed=data["mixed"], weights=data.get("weights"))
+
+
+# --- payload validation (issue 26) ------------------------------------------
+_REDO = (
+    "it was not written by the elmo component, or was changed or damaged since: run the pipeline's elmo "
+    "component on the texts again (nlp.pipe) and save new Docs"
+)
+
+
+class ElmoDataError(ValueError):
+    """A ``Doc._.elmo`` payload (DocBin, ``Doc.from_bytes``) of the wrong
+    structure, dtype or shape, or of another Doc's length."""
+
+
+def check_payload(data: Any) -> None:
+    """A ``Doc._.elmo`` payload must be a map with the keys ``layers`` and
+    ``mixed``, exactly one of them an array (float32 or float16; ``layers``
+    3-D (L+1, n_tokens, dim), ``mixed`` 2-D (n_tokens, dim)) and the other
+    null, and ``weights`` null or L+1 finite numbers. The Doc's length is
+    checked where the payload meets its Doc (:func:`get_doc_elmo`)."""
+    where = "a Doc._.elmo payload"
+    if not isinstance(data, dict):
+        raise ElmoDataError(f"{where} is a {type(data).__name__}, expected a map; {_REDO}")
+    missing = [key for key in ("layers", "mixed") if key not in data]
+    if missing:
+        raise ElmoDataError(f"{where} lacks the key(s) {missing}; {_REDO}")
+    arrays = {key: data[key] for key in ("layers", "mixed") if data[key] is not None}
+    if len(arrays) != 1:
+        raise ElmoDataError(f"{where} must hold exactly one of 'layers' and 'mixed', found {sorted(arrays) or 'neither'}; {_REDO}")
+    ((key, value),) = arrays.items()
+    ndim = 3 if key == "layers" else 2
+    if not isinstance(value, numpy.ndarray):
+        raise ElmoDataError(f"{where}: '{key}' is a {type(value).__name__}, expected an array; {_REDO}")
+    if value.dtype.name not in DTYPES:
+        raise ElmoDataError(f"{where}: '{key}' holds {value.dtype} values, expected one of {DTYPES}; {_REDO}")
+    if value.ndim != ndim:
+        raise ElmoDataError(f"{where}: '{key}' has shape {value.shape}, expected {ndim} dimensions; {_REDO}")
+    weights = data.get("weights")
+    if weights is not None:
+        ok = isinstance(weights, numpy.ndarray) and weights.dtype.kind == "f" and weights.ndim == 1
+        if not ok or key != "layers" or weights.shape[0] != value.shape[0] or not numpy.isfinite(weights).all():
+            raise ElmoDataError(
+                f"{where}: 'weights' must be null or one finite number per stored layer, found "
+                f"{weights if not isinstance(weights, numpy.ndarray) else (weights.dtype, weights.shape)}; {_REDO}"
+            )
+
+
+_USER_DATA_KEY = ("._.", "elmo", None, None)  # where spaCy keeps Doc._.elmo
+
+
+def get_doc_elmo(doc: Doc) -> Optional[ElmoData]:
+    """``Doc._.elmo``: None, or the stored data after checking that it has
+    one row per token of ``doc`` (a payload of another Doc, e.g. a DocBin
+    edited or written from other texts, gave some tokens empty or zero
+    vectors before)."""
+    data = doc.user_data.get(_USER_DATA_KEY)
+    if data is not None:
+        if not isinstance(data, ElmoData):
+            raise ElmoDataError(f"Doc._.elmo holds a {type(data).__name__}, expected ElmoData; {_REDO}")
+        if len(data) != len(doc):
+            raise ElmoDataError(
+                f"Doc._.elmo holds vectors of {len(data)} tokens for a Doc of {len(doc)} tokens; {_REDO}"
+            )
+    return data
+
+
+def set_doc_elmo(doc: Doc, value: Optional[ElmoData]) -> None:
+    """Setting ``Doc._.elmo``: an :class:`ElmoData` or None (``doc_cleaner``)."""
+    if value is not None and not isinstance(value, ElmoData):
+        raise TypeError(f"Doc._.elmo takes an ElmoData or None, found {type(value).__name__}")
+    doc.user_data[_USER_DATA_KEY] = value
 
 
 _KEY = "__spacy_elmo_data__"
@@ -143,7 +217,9 @@ def install_extensions() -> None:
     """``Doc._.elmo`` (set by the ``elmo`` component) and its ``Span._.elmo`` /
     ``Token._.elmo`` views."""
     if not Doc.has_extension("elmo"):
-        Doc.set_extension("elmo", default=None)
+        # A getter and setter (not a default): the getter checks the data
+        # against the Doc's length (get_doc_elmo).
+        Doc.set_extension("elmo", getter=get_doc_elmo, setter=set_doc_elmo)
     if not Span.has_extension("elmo"):
         Span.set_extension("elmo", getter=_span_view)
     if not Token.has_extension("elmo"):

@@ -41,14 +41,15 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from . import architectures  # noqa: F401 (registers the architectures the default config names)
-from .bilm import BiLM, OptionsError, WeightFileError
+from .bilm import BiLM
 from .data import DTYPES, STORES, ElmoData, install_extensions
-from .vector_hooks import install as install_vector_hooks
 from .layers.bilm_shim import get_bilm, has_bilm, set_bilm
 from .layers.listener import ElmoListenerLayer
 from .layers.output_cache import OutputCache
 from .layers.scalar_mix import learned_mix
+from .listener_host import ListenerHost
 from .loading import check_local, load_bilm
+from .vector_hooks import install as install_vector_hooks
 
 DEFAULT_MODEL_CONFIG = """
 [model]
@@ -116,21 +117,14 @@ def make_elmo(
         ``.vector`` and ``.similarity``.
     """
     return Elmo(
-        nlp.vocab,
-        model,
-        name,
-        store=store,
-        dtype=dtype,
-        mix=mix,
-        frozen=frozen,
-        weights=weights,
-        options=options,
-        vector_hooks=vector_hooks,
+        nlp.vocab, model, name, store=store, dtype=dtype, mix=mix, frozen=frozen,
+        weights=weights, options=options, vector_hooks=vector_hooks
     )
 
 
-class Elmo(TrainablePipe):
-    """Runs the biLM and feeds ``Doc._.elmo`` and the ELMo listeners."""
+class Elmo(ListenerHost, TrainablePipe):
+    """Runs the biLM and feeds ``Doc._.elmo`` and the ELMo listeners (their
+    bookkeeping: :class:`~spacy_elmo.listener_host.ListenerHost`)."""
 
     def __init__(
         self,
@@ -156,7 +150,7 @@ class Elmo(TrainablePipe):
         self.cfg = {"store": store, "dtype": dtype, "mix": None if mix is None else list(mix)}
         #: No biLM gradients in ``update`` (the listeners still get the layers).
         self.frozen = frozen
-        self.listener_map: Dict[str, List[ElmoListenerLayer]] = {}
+        self.listener_map = {}
         #: The factory's ``weights``/``options``: read at initialization when
         #: ``[initialize.components.elmo]`` gives none.
         self.weights_source = (weights, options)
@@ -170,47 +164,6 @@ class Elmo(TrainablePipe):
         #: Training only (``spacy_elmo.training_cache.v1``; never saved): read while the biLM is not fine-tuned.
         self.output_cache: Optional[OutputCache] = None
         install_extensions()
-
-    # ------------------------------------------------------------ listeners
-    @property
-    def listeners(self) -> List[ElmoListenerLayer]:
-        return [m for c in self.listening_components for m in self.listener_map[c]]
-
-    @property
-    def listening_components(self) -> List[str]:
-        return list(self.listener_map.keys())
-
-    def add_listener(self, listener: ElmoListenerLayer, component_name: str) -> None:
-        self.listener_map.setdefault(component_name, [])
-        if listener not in self.listener_map[component_name]:
-            self.listener_map[component_name].append(listener)
-        if has_bilm(self.model):
-            self._set_listener_dims(listener)
-
-    def remove_listener(self, listener: ElmoListenerLayer, component_name: str) -> bool:
-        if listener in self.listener_map.get(component_name, []):
-            self.listener_map[component_name].remove(listener)
-            if not self.listener_map[component_name]:
-                del self.listener_map[component_name]
-            return True
-        return False
-
-    def find_listeners(self, component) -> None:
-        names = ("*", self.name)
-        if isinstance(getattr(component, "model", None), Model):
-            for node in component.model.walk():
-                if isinstance(node, ElmoListenerLayer) and node.upstream_name in names:
-                    self.add_listener(node, component.name)
-
-    def _set_listener_dims(self, listener: ElmoListenerLayer) -> None:
-        bilm = get_bilm(self.model)
-        for dim, value in (("nL", bilm.num_layers), ("nO", bilm.output_dim)):
-            if listener.has_dim(dim) and listener.get_dim(dim) != value:
-                raise ValueError(
-                    f"an ELMo listener expects {dim}={listener.get_dim(dim)} but the elmo "
-                    f"component's biLM has {value}"
-                )
-            listener.set_dim(dim, value)
 
     # ------------------------------------------------------------- the biLM
     @property
@@ -382,15 +335,23 @@ class Elmo(TrainablePipe):
 
     # ------------------------------------------------------- serialization
     def from_disk(self, path, *, exclude=tuple()):
-        try:
-            super().from_disk(path, exclude=exclude)
-        except (OptionsError, WeightFileError) as err:
-            # The biLM's reader sees bytes only: name the file here.
-            err.args = (f"{Path(path) / 'model'}: {err}",) + err.args[1:]
-            raise
-        for listener in self.listeners:
-            if has_bilm(self.model):
-                self._set_listener_dims(listener)
+        """Reads ``cfg`` and ``model`` through :mod:`spacy_elmo.saved_pipeline`:
+        size-bounded, checked, and every failure a clear error naming the file."""
+        from .saved_pipeline import read_component
+
+        self._validate_serialization_attrs()
+        read_component(self, Path(path), exclude)
+        self._relink_listener_dims()
+        return self
+
+    def from_bytes(self, bytes_data, *, exclude=tuple()):
+        """``nlp.from_bytes``: the same checks as :meth:`from_disk`, naming
+        ``the elmo component's bytes``."""
+        from .saved_pipeline import read_component_bytes
+
+        self._validate_serialization_attrs()
+        read_component_bytes(self, bytes_data, exclude)
+        self._relink_listener_dims()
         return self
 
 
@@ -425,11 +386,9 @@ def add_elmo(
 
 
 def mix_weights(nlp: Language) -> Dict[str, Tuple[numpy.ndarray, float]]:
-    """The learned ELMo mix of every component: ``{name: (softmax weights, gamma)}``.
-
-    A component with several mixes (e.g. ELMo at input and output) gets
-    keys ``name``, ``name[1]``, ... in model order. Components whose mix is
-    not initialized yet are left out."""
+    """The learned ELMo mix of every component: ``{name: (softmax weights, gamma)}``;
+    several mixes in one component (ELMo at input and output) get keys ``name``,
+    ``name[1]``, ... in model order; mixes not initialized yet are left out."""
     result: Dict[str, Tuple[numpy.ndarray, float]] = {}
     for name, component in nlp.pipeline:
         model = getattr(component, "model", None)

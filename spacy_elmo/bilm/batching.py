@@ -5,9 +5,11 @@ and the thinc layer's training forward
 (:mod:`spacy_elmo.layers.bilm_model`) both run sentences through the biLM
 in batches of similar length: :func:`map_batches` is that loop, the two
 differ only in what they do with one batch, and :func:`embed_batch` runs
-one batch for both.
+one batch for both. Inference streams (:func:`iter_embeddings`: one batch's
+output held at a time); :func:`check_sentences` refuses what is not a list
+of token lists before any batch runs.
 """
-from typing import Callable, List, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 import numpy
 import torch
@@ -62,3 +64,40 @@ def embed_batch(bilm, batch: List[Sequence[str]], call: Callable) -> Tuple[List[
     output = call(torch.from_numpy(char_ids).to(bilm.device))
     stacked = torch.stack(output.layers, dim=1).detach().float().cpu().numpy()  # (B, L+1, T, dim)
     return [stacked[row, :, 1 : len(s) + 1] for row, s in enumerate(batch)], output
+
+
+def iter_embeddings(
+    bilm, sentences: Sequence[Sequence[str]], batch_size: int, by_length: bool = True
+) -> Iterator[Tuple[int, numpy.ndarray]]:
+    """``(index, layers)`` for each sentence of the batches of
+    :func:`batch_rows`, batch after batch, under ``torch.inference_mode``:
+    ``layers`` a float32 array (L+1, n_tokens, dim) of its own, so that the
+    batch's output is freed before the next batch runs."""
+    for rows in batch_rows(sentences, batch_size, by_length):
+        with torch.inference_mode():
+            views, output = embed_batch(bilm, [sentences[i] for i in rows], bilm)
+            arrays = [numpy.ascontiguousarray(view) for view in views]
+        del views, output
+        yield from zip(rows, arrays)
+
+
+def check_sentences(sentences: Sequence[Sequence[str]]) -> List[List[str]]:
+    """``sentences`` as lists of token strings, or a ``TypeError`` naming the
+    first that is not one: a plain string where a list of tokens belongs
+    (``["the bank"]`` instead of ``[["the", "bank"]]``) would otherwise be
+    read as one token per character."""
+    if isinstance(sentences, (str, bytes)):
+        raise TypeError("embed_sentences takes a list of sentences, each a list of token strings; found one string")
+    result = []
+    for i, sentence in enumerate(sentences):
+        if isinstance(sentence, (str, bytes)):
+            raise TypeError(
+                f"sentence {i} is a {type(sentence).__name__} ({sentence[:40]!r}), not a list of tokens: "
+                "embed_sentences takes token lists, e.g. [['the', 'bank']]; split the text into tokens first"
+            )
+        tokens = list(sentence)
+        for token in tokens:
+            if not isinstance(token, str):
+                raise TypeError(f"sentence {i} holds a {type(token).__name__} token ({token!r}); tokens are strings")
+        result.append(tokens)
+    return result

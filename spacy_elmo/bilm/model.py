@@ -1,19 +1,20 @@
 """The biLM: token encoder + forward and backward LSTM stacks -> L+1 layers."""
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy
 import torch
 from torch import nn
 
-from .batching import embed_batch, map_batches
+from .batching import check_sentences, iter_embeddings
 from .chars import PAD_CHAR, CharVocabulary, batch_to_char_ids
 from .family import check_vocabulary
 from .fast.engine import InferenceEngine, ModelParts, check_precision
 from .fast.token_cache import ThreadLock, TokenCache, TypeProductCache
 from .lstm import BiProjectedLSTMLayer, State
 from .options import BiLMOptions
+from .rows import SortedRows
 from .token_encoder import CharCNNEncoder
 from .weights import load_datasets, read_checked, save_hdf5
 
@@ -27,44 +28,6 @@ class BiLMOutput:
 
     layers: List[torch.Tensor]
     mask: torch.Tensor
-
-
-def reverse_index(lengths: torch.Tensor, n_steps: int) -> torch.Tensor:
-    """(B, T) index that reverses each row within its length (an involution)."""
-    steps = torch.arange(n_steps, device=lengths.device).unsqueeze(0)
-    lengths = lengths.unsqueeze(1)
-    return torch.where(steps < lengths, lengths - 1 - steps, steps)
-
-
-class _SortedRows:
-    """A batch's rows sorted by length, longest first (stable), cut to the
-    longest length: the order, the lengths, the within-length reversal of
-    the backward direction, and the way back to the caller's order."""
-
-    def __init__(self, char_ids: torch.Tensor) -> None:
-        #: (B, T) True at real positions (boundary tokens too), caller's order.
-        self.mask = (char_ids > 0).any(dim=-1)
-        lengths = self.mask.sum(dim=1)
-        self.order = torch.argsort(lengths, descending=True, stable=True)
-        sorted_lengths = lengths[self.order]
-        #: Sorted lengths, as Python ints (the recurrences' active rows).
-        self.lengths: List[int] = sorted_lengths.tolist()
-        self.n_steps = int(self.lengths[0]) if self.lengths else 0
-        self.sorted_mask = self.mask[self.order, : self.n_steps]
-        self.rev = reverse_index(sorted_lengths, self.n_steps)
-
-    def reverse(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, dim) rows reversed within their lengths."""
-        return x.gather(1, self.rev.unsqueeze(-1).expand_as(x))
-
-    def unsort(self, x: torch.Tensor, full: int) -> torch.Tensor:
-        """(B, T, dim) back in the caller's row order, padded to ``full`` steps."""
-        unsort = torch.empty_like(self.order)
-        unsort[self.order] = torch.arange(self.order.shape[0], device=self.order.device)
-        x = x[unsort]
-        if x.shape[1] < full:
-            x = nn.functional.pad(x, (0, 0, 0, full - x.shape[1]))
-        return x
 
 
 class _ExactRun:
@@ -321,7 +284,7 @@ class BiLM(nn.Module):
             raise ValueError(f"char_ids must be (batch, tokens, chars), found shape {tuple(char_ids.shape)}")
         run = _EXACT if torch.is_grad_enabled() else self.engine
         parts = self.parts()
-        rows = _SortedRows(char_ids)
+        rows = SortedRows(char_ids)
         ids = char_ids[rows.order, : rows.n_steps]
 
         tokens, first_products = self._encode(run, parts, ids, rows)
@@ -346,7 +309,7 @@ class BiLM(nn.Module):
             self._store_states(rows.order, finals)
         return BiLMOutput(layers=[rows.unsort(layer, char_ids.shape[1]) for layer in outputs], mask=rows.mask)
 
-    def _encode(self, run, parts: ModelParts, ids: torch.Tensor, rows: "_SortedRows"):
+    def _encode(self, run, parts: ModelParts, ids: torch.Tensor, rows: "SortedRows"):
         """Token encodings (B, T, dim) of the sorted ``ids`` (zero at padding),
         each distinct token encoded once, and the first LSTM layer's input
         products where ``run`` makes them per word type."""
@@ -384,16 +347,24 @@ class BiLM(nn.Module):
         2*projection_dim), sentence boundaries removed. Sentences are batched
         by length (``batch_size`` sentences at most); in stateful mode they are
         batched in the given order instead, since the carried state follows
-        the row.
+        the row. :meth:`iter_embeddings` gives the same arrays one batch at a
+        time (to place them without holding them all).
         """
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, found {batch_size}")
-        sentences = [list(s) for s in sentences]
-
-        def run_batch(batch: List[List[str]]) -> List[numpy.ndarray]:
-            return [numpy.ascontiguousarray(rows) for rows in embed_batch(self, batch, self)[0]]
-
-        with torch.inference_mode():
-            results = map_batches(sentences, batch_size, run_batch, by_length=not self.stateful)
+        sentences = check_sentences(sentences)
+        results: List[Optional[numpy.ndarray]] = [None] * len(sentences)
+        for index, layers in self.iter_embeddings(sentences, batch_size):
+            results[index] = layers
         empty = numpy.zeros((self.num_layers, 0, self.output_dim), dtype=numpy.float32)
         return [empty.copy() if r is None else r for r in results]
+
+    def iter_embeddings(
+        self, sentences: Sequence[Sequence[str]], batch_size: int = 64
+    ) -> Iterator[Tuple[int, numpy.ndarray]]:
+        """``(index, layers)`` for each non-empty sentence (every sentence in
+        stateful mode), batch after batch, in the batching order of
+        :meth:`embed_sentences`; ``layers`` as there. Holds one batch's
+        output at a time. The sentences (token lists, not strings) and
+        ``batch_size`` are checked before the first batch is asked for."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, found {batch_size}")
+        return iter_embeddings(self, check_sentences(sentences), batch_size, by_length=not self.stateful)

@@ -7,7 +7,8 @@ The PyTorch :class:`~spacy_elmo.bilm.BiLM` lives in a
 :func:`spacy_elmo.add_elmo`) the shim holds no biLM.
 
 ``model.predict`` runs the biLM under ``torch.inference_mode`` through
-:meth:`BiLM.embed_sentences` (length-sorted batches, the word-type cache).
+:meth:`BiLM.iter_embeddings` (length-sorted batches, the word-type cache),
+placing each batch's output into the Docs' arrays as it comes.
 ``model.begin_update`` runs the same batches (the same batch runner,
 :func:`~spacy_elmo.bilm.batching.embed_batch`) through the shim's
 ``begin_update`` (autograd, training mode, so the biLM's dropout applies)
@@ -35,7 +36,7 @@ from ..bilm.batching import embed_batch, map_batches
 from .bilm_shim import BiLMShim, get_bilm
 from .listener import replace_listener, replace_listener_cfg
 from .span_getters import SpanGetter, configure_sent_or_strided_spans
-from .span_plan import span_plan
+from .span_plan import span_plan, span_targets
 
 
 def ElmoBiLM(
@@ -90,23 +91,19 @@ def _one_thread_in_workers() -> None:
 def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
     """Per-Doc layers (L+1, n_tokens, dim).
 
-    Prediction: :meth:`BiLM.embed_sentences` (inference mode, the word-type
-    cache). Training: the shim's ``begin_update`` on each batch of sentences
+    Prediction: :meth:`BiLM.iter_embeddings` (inference mode, the word-type
+    cache), streamed into the Docs' arrays (:func:`_predict_streaming`). Training: the shim's ``begin_update`` on each batch of sentences
     (the same length-sorted batches, :func:`~spacy_elmo.bilm.batching.map_batches`,
     and the same batch runner); the backprop routes the Docs' gradients to
     the batches' outputs and calls the shim's backprop of each batch."""
     _one_thread_in_workers()
     bilm = get_bilm(model)
-    texts, sources = span_plan(model.attrs["span_getter"], docs)
+    texts, sources, n_spans = span_plan(model.attrs["span_getter"], docs)
+    if not is_train:
+        return _predict_streaming(model, bilm, docs, texts, span_targets(texts, sources, n_spans)), _no_gradient
     n_layers, dim = bilm.num_layers, bilm.output_dim
     ops = model.ops
     zero_row = numpy.zeros((n_layers, 1, dim), dtype=numpy.float32)
-    if not is_train:
-        bilm.eval()
-        span_layers = bilm.embed_sentences(texts, batch_size=model.attrs["batch_size"])
-        flat = numpy.concatenate([zero_row] + span_layers, axis=1)
-        # Row 0 of ``flat`` is the zero row for uncovered tokens.
-        return [ops.asarray3f(flat[:, source + 1]) for source in sources], _no_gradient
 
     shim = model.shims[0]
     # Per batch: the biLM's output layers (tensors), the shim's backprop, padded length.
@@ -149,6 +146,22 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3
         return []
 
     return outputs, backprop
+
+
+def _predict_streaming(model: Model, bilm, docs: List[Doc], texts: List[List[str]], targets: List) -> List[Floats3d]:
+    """Inference: each Doc's output (L+1, n_tokens, dim) is allocated once
+    (zeros: a token no span covers keeps zero vectors) and each batch's span
+    outputs are copied into the rows of the tokens that take them as they
+    come (:meth:`BiLM.iter_embeddings`; ``targets`` from
+    :func:`~.span_plan.span_targets`), so the memory beyond the result is
+    one batch, whatever the Doc's length."""
+    bilm.eval()
+    outputs = [numpy.zeros((bilm.num_layers, len(doc), bilm.output_dim), dtype=numpy.float32) for doc in docs]
+    for index, layers in bilm.iter_embeddings(texts, batch_size=model.attrs["batch_size"]):
+        d, positions, rows = targets[index]
+        if len(positions):
+            outputs[d][:, positions] = layers[:, rows]
+    return [model.ops.asarray3f(output) for output in outputs]
 
 
 def _no_gradient(d_outputs: List[Floats3d]) -> List:

@@ -11,9 +11,19 @@ The shim also holds the inference settings the config gives
 (``precision``, ``token_cache_size`` of ``spacy_elmo.ElmoBiLM.v2``): they
 are applied to every biLM it gets, once, and they are not part of the
 saved bytes (the pipeline's config holds them).
+
+The saved bytes carry a SHA-256 of the options and the weights
+(:func:`bilm_checksum`), checked when they are read back, after the
+options are validated and before the weights are read: an edit that keeps
+every shape valid (flipped float bytes, a changed clip value) is refused.
+Bytes saved without one (before checksums were written) load with a
+warning.
 """
+import hashlib
 import io
-from typing import Optional
+import json
+import warnings
+from typing import Any, Dict, Optional
 
 import srsly
 import torch
@@ -32,7 +42,9 @@ NOT_INITIALIZED = (
     "the English biLM shipped with spacy_elmo). " + HOW_TO_GIVE_WEIGHTS + " In Python also "
     "spacy_elmo.add_elmo(nlp, NAME) or nlp.get_pipe('elmo').set_bilm(BiLM(...))."
 )
-_RESAVE = (
+#: What to do about a saved biLM that cannot be read (shared by
+#: :mod:`spacy_elmo.saved_pipeline`).
+RESAVE = (
     "re-save the pipeline from a working copy (nlp.to_disk), or re-initialize the elmo component "
     "from the published weights and options"
 )
@@ -45,7 +57,48 @@ def _serialize_bilm(module: Optional[torch.nn.Module]) -> bytes:
         return srsly.msgpack_dumps({"options": module.options.to_dict(), **efml.to_fields(module)})
     buffer = io.BytesIO()
     save_hdf5(module, buffer)
-    return srsly.msgpack_dumps({"options": module.options.to_dict(), "weights": buffer.getvalue()})
+    options, weights = module.options.to_dict(), buffer.getvalue()
+    return srsly.msgpack_dumps({"options": options, "weights": weights, "sha256": bilm_checksum(options, weights)})
+
+
+def bilm_checksum(options: Dict[str, Any], weights: bytes) -> str:
+    """SHA-256 over what a saved biLM holds: its options (canonical JSON:
+    sorted keys, no spaces), a zero byte, and its hdf5 weight bytes."""
+    digest = hashlib.sha256(json.dumps(options, sort_keys=True, separators=(",", ":")).encode("utf-8"))
+    digest.update(b"\0")
+    digest.update(weights)
+    return digest.hexdigest()
+
+
+def _check_checksum(msg: Dict[str, Any], where: str) -> None:
+    """The saved SHA-256 must match the options and weights saved with it;
+    none saved: a warning (re-saving adds one)."""
+    saved = msg.get("sha256")
+    if saved is None:
+        warnings.warn(f"{where} carries no checksum (saved by an older spacy_elmo); re-save it to add one")
+        return
+    try:
+        actual = bilm_checksum(msg["options"], msg["weights"])
+    except (TypeError, ValueError) as err:  # options that are not JSON (crafted)
+        raise WeightFileError(f"{where}: its options cannot be checksummed ({err}); {RESAVE}") from None
+    if saved != actual:
+        raise WeightFileError(
+            f"{where}: its weights or options do not match the SHA-256 checksum saved with them "
+            f"(saved {str(saved)[:16]}..., now {actual[:16]}...): the file was changed or damaged after it was "
+            f"saved; {RESAVE}"
+        )
+
+
+def msgpack_map(data: bytes, where: str, error: type) -> Dict[str, Any]:
+    """The map in msgpack ``data`` (srsly's reader), or an ``error`` naming
+    ``where`` and what to do."""
+    try:
+        msg = srsly.msgpack_loads(data)
+    except Exception as err:  # msgpack raises several unrelated classes
+        raise error(f"{where}: not readable msgpack ({type(err).__name__}: {err}); {RESAVE}") from None
+    if not isinstance(msg, dict):
+        raise error(f"{where}: a msgpack {type(msg).__name__}, expected a map; {RESAVE}")
+    return msg
 
 
 def read_saved_bilm(data: bytes) -> BiLM:
@@ -53,30 +106,27 @@ def read_saved_bilm(data: bytes) -> BiLM:
     fields are type-checked, the options validated (bounds, parameter
     count) and the weights read and shape-checked, all before the model is
     allocated; anything wrong is an :class:`OptionsError` or a
-    :class:`WeightFileError` (msgpack and hdf5 only: nothing is unpickled).
-    Fields of older saves (``precision``, ``token_cache_size``) are ignored:
-    the config holds them."""
+    :class:`WeightFileError` (msgpack and hdf5 only: nothing is unpickled);
+    the checksum is checked before the weights are read. Fields of older
+    saves (``precision``, ``token_cache_size``) are ignored: the config
+    holds them."""
     where = "the elmo component's saved biLM"
-    try:
-        msg = srsly.msgpack_loads(data)
-    except Exception as err:  # msgpack raises several unrelated classes
-        raise WeightFileError(f"{where} is not readable msgpack ({type(err).__name__}: {err}); {_RESAVE}") from None
-    if not isinstance(msg, dict):
-        raise WeightFileError(f"{where} is a {type(msg).__name__}, expected a map; {_RESAVE}")
+    msg = msgpack_map(data, where, WeightFileError)
     if not isinstance(msg.get("options"), dict):
         found = "missing" if "options" not in msg else type(msg["options"]).__name__
-        raise OptionsError(f"{where} holds no biLM options (field 'options' is {found}); {_RESAVE}", ["options"])
+        raise OptionsError(f"{where} holds no biLM options (field 'options' is {found}); {RESAVE}", ["options"])
     try:
         options = BiLMOptions.from_dict(msg["options"])
     except OptionsError as err:
-        raise OptionsError(f"{where}: {err}; {_RESAVE}", err.fields) from None
+        raise OptionsError(f"{where}: {err}; {RESAVE}", err.fields) from None
     if options.family != FAMILY_BILM_TF:
         try:
             return efml.from_fields(options, msg, where)
         except efml.EfmlFormatError as err:
-            raise WeightFileError(f"{err}; {_RESAVE}") from None
+            raise WeightFileError(f"{err}; {RESAVE}") from None
     if not isinstance(msg.get("weights"), bytes):
-        raise WeightFileError(f"{where} holds no weights (field 'weights' is missing or not bytes); {_RESAVE}")
+        raise WeightFileError(f"{where} holds no weights (field 'weights' is missing or not bytes); {RESAVE}")
+    _check_checksum(msg, where)
     return BiLM.from_datasets(options, read_datasets(io.BytesIO(msg["weights"]), options))
 
 

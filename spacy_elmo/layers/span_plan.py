@@ -9,14 +9,16 @@ from spacy.tokens import Doc
 from .span_getters import token_sources
 
 
-def span_plan(span_getter: Callable, docs: List[Doc]) -> Tuple[List[List[str]], List[numpy.ndarray]]:
-    """Token texts of every span, and for each Doc the row of each token's
-    output in the concatenation of all spans' outputs (-1: none)."""
+def span_plan(span_getter: Callable, docs: List[Doc]) -> Tuple[List[List[str]], List[numpy.ndarray], List[int]]:
+    """Token texts of every span; for each Doc the row of each token's
+    output in the concatenation of all spans' outputs (-1: none); and the
+    number of (non-empty) spans of each Doc."""
     spans_per_doc = span_getter(docs)
     if len(spans_per_doc) != len(docs):
         raise ValueError(f"span getter returned {len(spans_per_doc)} span lists for {len(docs)} docs")
     texts: List[List[str]] = []
     sources = []
+    n_spans: List[int] = []
     offset = 0
     for doc, spans in zip(docs, spans_per_doc):
         bounds = [(span.start, span.end) for span in spans if len(span)]
@@ -24,4 +26,24 @@ def span_plan(span_getter: Callable, docs: List[Doc]) -> Tuple[List[List[str]], 
         sources.append(numpy.where(source >= 0, source + offset, -1))
         offset += sum(end - start for start, end in bounds)
         texts.extend([token.text for token in doc[start:end]] for start, end in bounds)
-    return texts, sources
+        n_spans.append(len(bounds))
+    return texts, sources, n_spans
+
+
+def span_targets(
+    texts: List[List[str]], sources: List[numpy.ndarray], n_spans: List[int]
+) -> List[Tuple[int, numpy.ndarray, numpy.ndarray]]:
+    """For every span (in the order of ``texts``): its Doc, the Doc positions
+    that take its output, and the rows of the span they take (what
+    :func:`span_plan` returned, turned around for placing one span's output
+    as it comes)."""
+    offsets = numpy.cumsum([0] + [len(t) for t in texts])
+    targets: List[Tuple[int, numpy.ndarray, numpy.ndarray]] = []
+    for d, source in enumerate(sources):
+        covered = numpy.flatnonzero(source >= 0)
+        order = numpy.argsort(source[covered], kind="stable")
+        positions, flat = covered[order], source[covered][order]
+        for j in range(len(targets), len(targets) + n_spans[d]):
+            lo, hi = numpy.searchsorted(flat, [offsets[j], offsets[j + 1]])
+            targets.append((d, positions[lo:hi], flat[lo:hi] - offsets[j]))
+    return targets

@@ -43,6 +43,17 @@ def setup(device: str) -> DistInfo:
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if not dist.is_initialized():
+        # Import torch._dynamo before the process group exists. DDP imports
+        # it on construction, and importing it while a group exists keeps
+        # references to that group alive for good: destroy_process_group
+        # then no longer frees the gloo backend, whose worker and TCP-loop
+        # threads live on into interpreter shutdown, where a worker releasing
+        # the last collective's tensors takes the GIL and is ended by Python
+        # inside a C++ destructor: "terminate called without an active
+        # exception", SIGABRT (seen under CPU load in the rank that exits
+        # first). See docs/reliability.md, "Distributed runs".
+        import torch._dynamo  # noqa: F401
+
         backend = "nccl" if device.startswith("cuda") else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
@@ -51,6 +62,8 @@ def setup(device: str) -> DistInfo:
 
 
 def teardown(info: DistInfo) -> None:
+    """Destroy the process group; this stops and joins the backend's
+    threads while the interpreter is fully alive (see :func:`setup`)."""
     if info.enabled and dist.is_initialized():
         dist.destroy_process_group()
 

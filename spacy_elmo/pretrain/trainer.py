@@ -38,6 +38,7 @@ import math
 import signal
 import time
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -54,7 +55,9 @@ from .checkpoint import (
 )
 from .config import PretrainConfig
 from .curve import plot_learning_curve
+from .errors import PretrainError
 from .export import export, init_from_export
+from .lock import OutputLock
 from .model import PretrainModel, load_options
 from .optim import autocast, make_optimizer, make_scaler, make_scheduler
 from .preflight import check_output
@@ -79,9 +82,30 @@ def pretrain(
     if info.enabled and device.type == "cuda":
         device = torch.device("cuda", info.local_rank)
     try:
-        return _pretrain(config, resume, progress, callback, info, device)
+        with _locked_output(Path(config.output), info, device):
+            return _pretrain(config, resume, progress, callback, info, device)
     finally:
         D.teardown(info)
+
+
+@contextmanager
+def _locked_output(out: Path, info: D.DistInfo, device: torch.device):
+    """Hold the output directory's lock for the run (:mod:`.lock`): rank 0
+    takes it and every rank learns whether it did, so all stop together."""
+    lock = OutputLock(out) if info.is_main else None
+    error = None
+    if lock is not None:
+        try:
+            lock.acquire()
+        except PretrainError as err:
+            error = err
+    try:
+        if D.any_flag(info, error is not None, device):
+            raise error or PretrainError(f"rank 0 could not lock the output directory {out}: see its message")
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torch.device) -> Dict[str, Any]:
@@ -162,8 +186,11 @@ class _Run:
             # Width-1 char-CNN filters get gradients in a transposed layout; DDP
             # copies them into its buckets correctly but warns once per rank.
             warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
+            # Every parameter takes part in every step (LMHead.forward touches
+            # the clusters no target fell in), so DDP needs no search for
+            # unused parameters (an extra autograd traversal per step).
             self.train_model = nn.parallel.DistributedDataParallel(
-                self.model, device_ids=[device.index] if device.type == "cuda" else None, find_unused_parameters=True
+                self.model, device_ids=[device.index] if device.type == "cuda" else None
             )
         self.log = RunLog(self.out / "log.jsonl", info.is_main)
         if checkpoint is not None:
