@@ -9,12 +9,14 @@ Two tools:
     river banks, and "bank" in "the bank raised its rates" finds money banks.
 
 ``sense_eval``
-    A word sense evaluation on a small hand-made set of ambiguous words
-    (``resources/senses_en.jsonl``: two senses a word, six sentences a
-    sense), per biLM layer and for the mean of the layers, leave-one-out:
-    by default each use takes the sense whose centroid (the mean vector of
-    its other uses) is nearest, as in the paper's word sense experiment;
-    ``method="1nn"`` takes the sense of the single nearest other use.
+    A word sense evaluation on a hand-made set of ambiguous words
+    (``resources/senses_en.txt``: 32 words, two senses a word, 8 crossed
+    frames a word; see :mod:`spacy_elmo.sense_frames`), per biLM layer and
+    for the mean of the layers, leave-one-frame-out: by default each use
+    takes the sense whose centroid (the mean vector of its uses in the
+    other frames) is nearest, as in the paper's word sense experiment;
+    ``method="1nn"`` takes the sense of the single nearest use of another
+    frame.
 
 Names and choices
 -----------------
@@ -24,10 +26,12 @@ Names and choices
   1..L: the LSTM layers) or ``"mix"``: the plain mean of all L+1 layers
   (an ELMo mix with equal weights).
 * Similarity is cosine similarity, computed in float64.
-* Leave-one-out: an item is never its own neighbour nor part of its
-  sense's centroid. Nearest centroid (default): the sense of the most
-  similar centroid. 1-NN: the sense of the most similar
-  *other* item of the same word.
+* Leave-one-frame-out: items with a ``frame`` are held out with their
+  frame (both senses' sentences of it), so what a held-out pair shares
+  says nothing about the sense; items without one, leave-one-out: an item
+  is never its own neighbour nor part of its sense's centroid. Nearest
+  centroid (default): the sense of the most similar centroid. 1-NN: the
+  sense of the most similar item of the same word left in.
 * **Ties.** Similarities within ``TIE_TOLERANCE`` of the best count as tied.
   When the tied neighbours carry several senses the prediction is a fair coin
   between those senses, and it is scored by its expectation: credit
@@ -36,21 +40,22 @@ Names and choices
   favours no sense. Layer 0 gives every use of a word the same vector (the
   dataset uses the word in one spelling, lower case), so every item is a
   two-sense tie and layer 0 scores exactly 50%: chance, by construction.
-* Chance for two balanced senses is 50%. (For vectors that are distinct but
-  carry no sense information, leave-one-out 1-NN expects slightly less:
-  ``(6 - 1) / (12 - 1)`` = 45.5% with six sentences per sense, since the
-  item's own sense has one fewer candidate left.)
+* Chance for two balanced senses is 50%. Held out by frame, each other
+  frame offers one item of each sense, so vectors that carry no sense
+  information expect 50% by either method. (Leave-one-out 1-NN on a set
+  without frames expects slightly less: ``(n - 1) / (2n - 1)`` with ``n``
+  items per sense, since the item's own sense has one fewer candidate.)
 """
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Sequence, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy
 
 Layer = Union[int, str]
 
-DATA = Path(__file__).parent / "resources" / "senses_en.jsonl"
+DATA = Path(__file__).parent / "resources" / "senses_en.txt"
 # Cosines within this of the best tie. Uses of a word in one spelling get the
 # same layer-0 vector (bitwise on one device; float32 batching noise elsewhere
 # moves their cosines, all near 1, only at second order), while distinct
@@ -144,14 +149,19 @@ def nearest_uses(
 
 # ------------------------------------------------------------ sense eval
 def load_senses(path: Union[str, Path, None] = None) -> List[Dict]:
-    """Read a senses dataset: JSON lines with ``word``, ``sense``, ``tokens``
-    (a list, or a whitespace-tokenised string) and ``index`` (the target
-    token). Checks that every index points at the word (ignoring case)."""
+    """Read a senses dataset (default: the packaged English set).
+
+    A ``.jsonl`` file holds JSON lines with ``word``, ``sense``, ``tokens``
+    (a list, or a whitespace-tokenised string), ``index`` (the target token)
+    and optionally ``frame`` (items sharing a frame are held out together);
+    any other file is read as crossed frames (:mod:`spacy_elmo.sense_frames`).
+    Checks that every index points at the word (ignoring case)."""
+    from .sense_frames import SenseDataError, parse_frames, read_bounded
+
     path = Path(path) if path is not None else DATA
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}): give JSON lines in UTF-8") from None
+    text = read_bounded(path)
+    if path.suffix != ".jsonl":
+        return parse_frames(text, str(path))
     items = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -161,27 +171,40 @@ def load_senses(path: Union[str, Path, None] = None) -> List[Dict]:
         except ValueError:
             item = None
         if not isinstance(item, dict):
-            raise ValueError(f"{path}:{number}: not a JSON object (one item a line)")
+            raise SenseDataError(f"{path}:{number}: not a JSON object (one item a line)")
         missing = [key for key in ("word", "sense", "tokens", "index") if key not in item]
         if missing:
-            raise ValueError(f"{path}:{number}: the item lacks {', '.join(missing)}: each line needs word, sense, tokens and index")
+            raise SenseDataError(f"{path}:{number}: the item lacks {', '.join(missing)}: each line needs word, sense, tokens and index")
         if not isinstance(item["tokens"], (str, list)):
-            raise ValueError(f"{path}:{number}: tokens must be a list of strings or a whitespace-tokenised string")
+            raise SenseDataError(f"{path}:{number}: tokens must be a list of strings or a whitespace-tokenised string")
         tokens = item["tokens"].split() if isinstance(item["tokens"], str) else list(item["tokens"])
         index = item["index"]
         if not isinstance(index, int) or not 0 <= index < len(tokens) or str(tokens[index]).lower() != str(item["word"]).lower():
-            raise ValueError(f"{path}:{number}: index {index!r} does not point at {item['word']!r} in {tokens}")
+            raise SenseDataError(f"{path}:{number}: index {index!r} does not point at {item['word']!r} in {tokens}")
         items.append({"word": item["word"], "sense": item["sense"], "tokens": tokens, "index": index})
+        if "frame" in item:
+            items[-1]["frame"] = str(item["frame"])
     return items
 
 
-def one_nn(vectors: numpy.ndarray, senses: Sequence[str], tolerance: float = TIE_TOLERANCE):
+def _held_out(n: int, frames: Optional[Sequence]) -> List[numpy.ndarray]:
+    """Per item, a mask of the items it may be compared with: all but itself,
+    or, with ``frames``, all but the items of its own frame."""
+    if frames is None:
+        return [numpy.arange(n) != i for i in range(n)]
+    frames = list(frames)
+    return [numpy.array([f != frames[i] for f in frames]) for i in range(n)]
+
+
+def one_nn(vectors: numpy.ndarray, senses: Sequence[str], tolerance: float = TIE_TOLERANCE, frames: Optional[Sequence] = None):
     """Leave-one-out 1-NN over the uses of one word: per item, the expected
     credit (1, 0, or 1/k for a tie across k senses; see the module docstring)
-    and whether its nearest neighbours tied across senses."""
+    and whether its nearest neighbours tied across senses. With ``frames``
+    (one label per item), leave-one-frame-out: an item's own frame is out."""
     unit = _unit(vectors)
     sims = unit @ unit.T
-    numpy.fill_diagonal(sims, -numpy.inf)
+    for i, keep in enumerate(_held_out(len(senses), frames)):
+        sims[i, ~keep] = -numpy.inf
     credits, tied = [], []
     for i, row in enumerate(sims):
         best = row.max()
@@ -191,20 +214,22 @@ def one_nn(vectors: numpy.ndarray, senses: Sequence[str], tolerance: float = TIE
     return credits, tied
 
 
-def nearest_centroid(vectors: numpy.ndarray, senses: Sequence[str], tolerance: float = TIE_TOLERANCE):
+def nearest_centroid(vectors: numpy.ndarray, senses: Sequence[str], tolerance: float = TIE_TOLERANCE, frames: Optional[Sequence] = None):
     """Leave-one-out nearest sense centroid over the uses of one word (the
     paper's word-sense method, section 5.3: each sense is represented by
     the mean vector of its uses, and a use takes the sense whose mean is
     most similar): per item, the mean of the *other* items of each sense,
     cosine to each, and the expected credit as in :func:`one_nn` (ties
-    within ``tolerance`` score 1/k)."""
+    within ``tolerance`` score 1/k). With ``frames``, leave-one-frame-out:
+    the items of an item's own frame are left out of every centroid."""
     labels = sorted(set(senses))
     index = {label: numpy.array([j for j, s in enumerate(senses) if s == label]) for label in labels}
+    keeps = _held_out(len(senses), frames)
     credits, tied = [], []
     for i, vector in enumerate(vectors):
         scores = {}
         for label in labels:
-            members = index[label][index[label] != i]
+            members = index[label][keeps[i][index[label]]]
             if len(members) == 0:
                 continue
             centroid = vectors[members].mean(axis=0)
@@ -247,9 +272,22 @@ def sense_eval(
         total, tied, per_word = 0.0, 0, {}
         for word, members in groups.items():
             vectors = numpy.stack([layer_vectors(arrays[i], layer)[items[i]["index"]] for i in members])
-            credits, ties = classify(vectors, [items[i]["sense"] for i in members])
+            frames = [items[i]["frame"] for i in members] if all("frame" in items[i] for i in members) else None
+            credits, ties = classify(vectors, [items[i]["sense"] for i in members], frames=frames)
             total += sum(credits)
             tied += sum(ties)
             per_word[word] = sum(credits) / len(credits)
         rows.append({"layer": layer, "accuracy": total / len(items), "items": len(items), "tied": tied, "per_word": per_word})
     return rows
+
+
+def random_like(bilm, seed: int = 0):
+    """The baseline for sense figures: a biLM of ``bilm``'s shape (its
+    options) with random weights, the package's own initialisation under
+    ``torch.manual_seed(seed)``; in eval mode."""
+    import torch
+
+    from .bilm import BiLM
+
+    torch.manual_seed(seed)
+    return BiLM(bilm.options).eval()

@@ -152,7 +152,7 @@ def test_wheel_has_licence_and_entry_points(tmp_path):
     assert "elmo = spacy_elmo.pipeline:make_elmo" in entry_points
     assert "spacy_elmo.ElmoTok2Vec.v1" in entry_points and "[spacy_span_getters]" in entry_points
     assert "spacy_elmo/models/english/weights.hdf5" in names
-    assert "spacy_elmo/resources/senses_en.jsonl" in names
+    assert "spacy_elmo/resources/senses_en.txt" in names
 
 
 def test_project_logger_needs_no_code(tmp_path):

@@ -10,8 +10,10 @@ from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
-from spacy_elmo.senses import DATA, load_senses, nearest_centroid, nearest_uses, one_nn, sense_eval
 from spacy_elmo.cli.inputs import load_model
+from spacy_elmo.sense_frames import SenseDataError, parse_frames, stem_clashes
+from spacy_elmo.senses import DATA, load_senses, nearest_centroid, nearest_uses, one_nn, random_like, sense_eval
+from spacy_elmo.senses_command import format_table
 
 
 @pytest.fixture(scope="module")
@@ -59,19 +61,120 @@ STUB_DATA = [
 ]
 
 
-def test_dataset_is_well_formed():
+def test_dataset_is_crossed_frames():
     items = load_senses()
-    assert DATA.name == "senses_en.jsonl" and DATA.exists()
-    by_word = {}
+    assert DATA.name == "senses_en.txt" and DATA.exists()
+    frames = {}
     for it in items:
         assert it["tokens"][it["index"]] == it["word"]  # one spelling: layer 0 ties by construction
         assert Counter(t.lower() for t in it["tokens"])[it["word"]] == 1
         assert it["sense"].startswith(it["word"] + "/")
-        by_word.setdefault(it["word"], Counter())[it["sense"]] += 1
-    assert len(by_word) >= 16
-    for word, senses in by_word.items():
-        assert len(senses) == 2 and set(senses.values()) == {6}, (word, senses)
+        frames.setdefault(it["frame"], []).append(it)
+    words = {it["word"] for it in items}
+    assert len(words) >= 30
+    for word in words:
+        mine = [f for f in frames if f.startswith(word + ":")]
+        assert len(mine) >= 8, word
+        assert len({it["sense"] for f in mine for it in frames[f]}) == 2, word
+    for frame, (a, b) in ((f, pair) for f, pair in frames.items()):
+        # A frame: one sentence per sense, the same length and target position,
+        # the same words outside the cue slots, and frame words beside the target.
+        assert a["sense"] != b["sense"] and a["word"] == b["word"]
+        assert len(a["tokens"]) == len(b["tokens"]) and a["index"] == b["index"] and a["cues"] == b["cues"]
+        differ = [i for i, (x, y) in enumerate(zip(a["tokens"], b["tokens"])) if x != y]
+        assert differ and set(differ) <= set(a["cues"]), frame
+        assert a["index"] - 1 not in a["cues"] and a["index"] + 1 not in a["cues"], frame
+    # No cue word (nor a word with its first letters) recurs within a sense.
+    assert stem_clashes(items) == []
     assert len({tuple(it["tokens"]) for it in items}) == len(items)
+    # The tokens are spaCy's English tokens, as a user's text would be split.
+    import spacy
+
+    tokenizer = spacy.blank("en").tokenizer
+    assert [it["tokens"] for it in items] == [[t.text for t in tokenizer(" ".join(it["tokens"]))] for it in items]
+
+
+def test_frames_format_and_its_errors(tmp_path):
+    text = "== bank: river | money\nWe sat by the [bank] to {watch the ducks | count the cash} .\n"
+    a, b = parse_frames(text)
+    assert a == {"word": "bank", "sense": "bank/river", "tokens": "We sat by the bank to watch the ducks .".split(),
+                 "index": 4, "frame": "bank:1", "cues": [6, 8]}
+    assert b["tokens"] == "We sat by the bank to count the cash .".split() and b["sense"] == "bank/money"
+    bad = {
+        "same number of tokens": "== bank: river | money\nThe [bank] is {muddy | closed today} .",
+        "right beside": "== bank: river | money\nThe [bank] {floods | closes} today .",
+        "marks its target once": "== bank: river | money\nThe bank is {muddy | closed} .",
+        "outside its": "== bank: river | money\nThe [bank] is {a river bank | a money bank} .",
+        "before any": "The [bank] is {muddy | closed} .",
+        "word header": "== bank river money\n",
+        "identical": "== bank: river | money\nThe [bank] is {open | open} .",
+        "unbalanced": "== bank: river | money\nThe [bank] is {muddy | closed .",
+    }
+    for message, text in bad.items():
+        path = tmp_path / "set.txt"
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(SenseDataError, match=message) as err:
+            load_senses(path)
+        assert str(path) in str(err.value)
+    # Every malformed line is named, not just the first.
+    text = "== bank: river | money\nThe [bank] is {muddy | closed today} .\nThe [bank] {floods | closes} .\n"
+    with pytest.raises(SenseDataError, match=r"(?s)<frames>:2: .*\n<frames>:3: "):
+        parse_frames(text)
+    path = tmp_path / "set.jsonl"
+    path.write_text('{"word": "bank", "tokens": ["bank"]}\n', encoding="utf-8")
+    with pytest.raises(SenseDataError, match="set.jsonl:1: the item lacks sense, index: each line needs word, sense, tokens and index"):
+        load_senses(path)
+
+
+def test_sense_file_size_is_bounded(tmp_path, monkeypatch):
+    path = tmp_path / "big.txt"
+    path.write_text("# " + "x" * 100 + "\n", encoding="utf-8")
+    monkeypatch.setattr("spacy_elmo.sense_frames.MAX_BYTES", 50)
+    with pytest.raises(SenseDataError, match="big.txt: 103 bytes is more than a sense set may have"):
+        load_senses(path)
+
+
+class FrameEchoStub:
+    """A fake biLM that only echoes a sentence's frame: layer 1 of the target
+    is a vector of its frame words (shared by both senses of a frame) plus a
+    small vector of its cue words. With a cue vocabulary that never repeats,
+    it knows nothing about senses."""
+
+    num_layers = 2
+
+    def __init__(self, cue_weight=0.1):
+        self.cue_weight = cue_weight
+
+    def embed_sentences(self, sentences, batch_size=64):
+        out = []
+        for s in sentences:
+            own = numpy.stack([word_vector(t) for t in s])
+            frame = sum(word_vector(t) for t in s if not t.startswith("cue"))
+            cue = sum(word_vector(t) for t in s if t.startswith("cue"))
+            layer = frame + self.cue_weight * cue
+            out.append(numpy.stack([own, numpy.tile(layer, (len(s), 1))]).astype(numpy.float32))
+        return out
+
+
+def test_leave_one_frame_out_removes_the_frame_partner():
+    # Two senses, 8 frames; cue words unique per sentence. Leave-one-out
+    # (no frames) would find the frame partner, of the other sense, first:
+    # 0% by 1-NN. Held out by frame, the echo model is at chance.
+    items = []
+    for f in range(8):
+        for sense in ("a", "b"):
+            items.append({"word": "bank", "sense": f"bank/{sense}", "index": 1, "frame": f"bank:{f}",
+                          "tokens": ["the", "bank", f"frame{f}", f"cue{f}{sense}", "."]})
+    plain = [{k: v for k, v in it.items() if k != "frame"} for it in items]
+    assert sense_eval(FrameEchoStub(), plain, method="1nn")[1]["accuracy"] == 0.0
+    by_frame = sense_eval(FrameEchoStub(), items, method="1nn")[1]["accuracy"]
+    assert 0.25 <= by_frame <= 0.75
+    # A model whose vectors carry the sense (one cue vector per sense, as
+    # strong as the frame's) scores 100%: frames are held out, not senses.
+    for it in items:
+        it["tokens"][3] = "cueA" if it["sense"].endswith("a") else "cueB"
+    for method in ("centroid", "1nn"):
+        assert sense_eval(FrameEchoStub(cue_weight=3.0), items, method=method)[1]["accuracy"] == 1.0
 
 
 def test_nearest_uses_finds_the_query_first(fixture_bilm):
@@ -186,4 +289,7 @@ def test_cli(tmp_path, parity_paths, monkeypatch):
     assert result.exit_code == 0, result.output
     baseline = runner.invoke(app, ["senses", "--data", str(data), "--random-weights"] + weights[:4])
     assert baseline.exit_code == 0 and baseline.output != result.output, baseline.output
+    # The command's baseline is the one the figures use: random_like(model, seed 0).
+    expected = format_table(sense_eval(random_like(load_model(*map(str, parity_paths), progress=False), seed=0), data))
+    assert baseline.output.strip() == expected.strip()
     assert "50.0%" in result.output.splitlines()[1] and " 24 " in result.output and "mean" in result.output

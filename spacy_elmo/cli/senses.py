@@ -63,7 +63,9 @@ def neighbours(
 @command()
 def senses(
     data: Optional[Path] = typer.Option(
-        None, help="Senses dataset, JSON lines with word, sense, tokens and index (default: the shipped English set)"
+        None,
+        help="Senses dataset: crossed frames (the format of docs/senses.md), or a .jsonl file of word, sense, tokens, "
+        "index and optionally frame (default: the shipped English set)",
     ),
     model: Model = None,
     options: Options = None,
@@ -74,12 +76,13 @@ def senses(
     progress: Progress = None,
     old_weights: Optional[str] = typer.Option(None, "--weights", hidden=True),
 ) -> None:
-    """Word sense accuracy per biLM layer, leave-one-out within each word.
+    """Word sense accuracy per biLM layer, leave-one-frame-out within each word.
 
-    Each use takes the sense whose other uses' mean vector is nearest (or,
-    with --method 1nn, the sense of the nearest other use). The dataset
-    gives its tokens, so no tokenizer runs."""
-    from ..senses import load_senses, sense_eval
+    Each use takes the sense whose mean vector over the word's other frames
+    is nearest (or, with --method 1nn, the sense of the nearest use in
+    another frame); items without frames are left out one by one. The
+    dataset gives its tokens, so no tokenizer runs."""
+    from ..senses import load_senses, random_like, sense_eval
     from ..senses_command import format_table
 
     progress = show_progress(progress)
@@ -87,11 +90,6 @@ def senses(
     items = load_senses(input_file(data, "--data"))
     bilm = load_model(model, options, progress)
     if random_weights:
-        import torch
-
-        from ..bilm import BiLM
-
-        torch.manual_seed(0)
-        bilm = BiLM(bilm.options).eval()
+        bilm = random_like(bilm, seed=0)
     rows = sense_eval(ProgressEmbedder(bilm, progress), items, batch_size=batch_size, method=method)
     typer.echo(format_table(rows, per_word=per_word))
