@@ -14,7 +14,7 @@ It computes exactly the function of the autograd recurrence (same cell,
 clipping, forget-gate offset inside ``xw``, rows sorted by length with step
 ``t`` working on the prefix of active rows), and the gradients of
 :func:`torch.clamp` (zero outside ``[-clip, clip]``, passed at the bounds).
-``tests/test_lstm_train.py`` checks both against autograd and with
+``tests/bilm/test_lstm_train.py`` checks both against autograd and with
 :func:`torch.autograd.gradcheck`.
 """
 from typing import List, Optional, Sequence, Tuple
