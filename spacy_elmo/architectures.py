@@ -1,6 +1,6 @@
 """Every name the package registers with spaCy, in one list.
 
-A config refers to these by name; ``setup.py``'s entry points name this
+A config refers to these by name; ``pyproject.toml``'s entry points name this
 module, so spaCy finds them without importing the package first, and
 importing this module (the ``elmo`` factory's module does) registers them.
 
@@ -14,6 +14,7 @@ importing this module (the ``elmo`` factory's module does) registers them.
 ``spacy_elmo.sent_or_strided_spans.v1``    span getter: sentences, or windows without them
 ``spacy_elmo.strided_spans.v1``            span getter: windows
 ``spacy_elmo.training_cache.v1``           callback: a frozen biLM's outputs cached in training
+``spacy_elmo.JsonlLogger.v1``              logger: spaCy's table plus a JSON-lines training curve
 ========================================  ==========================================
 """
 import catalogue
@@ -24,6 +25,7 @@ from .layers.elmo_tok2vec import ElmoTok2Vec
 from .layers.listener import ElmoInputOutput, ElmoListener, ElmoMix
 from .layers.output_cache import training_cache
 from .layers.span_getters import configure_sent_or_strided_spans, configure_strided_spans
+from .training_log import jsonl_logger
 
 if not hasattr(registry, "span_getters"):  # spacy-transformers makes it where installed
     registry.span_getters = catalogue.create("spacy", "span_getters", entry_points=True)  # type: ignore[attr-defined]
@@ -42,6 +44,9 @@ SPAN_GETTERS = {
 CALLBACKS = {
     "spacy_elmo.training_cache.v1": training_cache,
 }
+LOGGERS = {
+    "spacy_elmo.JsonlLogger.v1": jsonl_logger,
+}
 
 for _name, _func in ARCHITECTURES.items():
     registry.architectures.register(_name, func=_func)
@@ -49,3 +54,5 @@ for _name, _func in SPAN_GETTERS.items():
     registry.span_getters.register(_name, func=_func)  # type: ignore[attr-defined]
 for _name, _func in CALLBACKS.items():
     registry.callbacks.register(_name, func=_func)
+for _name, _func in LOGGERS.items():
+    registry.loggers.register(_name, func=_func)

@@ -14,8 +14,9 @@ far) and, when the ``elmo`` component has a training cache
     path = "training/log.jsonl"     # null: the table only
     console_output = true
 
-Registered through the package's ``spacy_loggers`` entry point, so a config
-that names it needs no ``--code``.
+Registered in :mod:`spacy_elmo.architectures` (the package's
+``spacy_loggers`` entry point names it), so a config that names it needs no
+``--code``.
 """
 import json
 import sys
@@ -37,7 +38,6 @@ def _plain(value: Any) -> Any:
         return None
 
 
-@registry.loggers("spacy_elmo.JsonlLogger.v1")
 def jsonl_logger(path: Optional[str] = None, console_output: bool = True):
     """spaCy's console table plus a JSON-lines file (``path``) of every evaluation."""
     console = registry.loggers.get("spacy.ConsoleLogger.v3")(
