@@ -70,7 +70,7 @@ def main(
     n_tokens = sum(len(tags) for tags in gold)
     predicted = {}
     for precision in ["fp32", *fast]:
-        elmo.model.attrs["precision"] = precision
+        elmo.bilm.precision = precision
         elmo.bilm.clear_caches()
         start = time.perf_counter()
         with warnings.catch_warnings():
