@@ -66,3 +66,23 @@ def rewrite_saved_bilm(model_file: Path, edit) -> None:
     shim["state"] = srsly.msgpack_dumps(state)
     msg["shims"][node][0] = srsly.msgpack_dumps(shim)
     model_file.write_bytes(srsly.msgpack_dumps(msg))
+
+
+def tagger_config(tok2vec: dict) -> dict:
+    """A small ``tagger`` component config over ``tok2vec``."""
+    return {"model": {"@architectures": "spacy.Tagger.v2", "tok2vec": tok2vec}}
+
+
+def ner_config(tok2vec: dict) -> dict:
+    """A small ``ner`` component config over ``tok2vec``."""
+    return {
+        "model": {
+            "@architectures": "spacy.TransitionBasedParser.v2",
+            "state_type": "ner",
+            "extra_state_tokens": False,
+            "hidden_width": 32,
+            "maxout_pieces": 2,
+            "use_upper": True,
+            "tok2vec": tok2vec,
+        }
+    }

@@ -123,15 +123,6 @@ def server(tmp_path):
     httpd.server_close()
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    path = tmp_path / "cache"
-    monkeypatch.setenv(hub.CACHE_ENV, str(path))
-    monkeypatch.delenv(hub.MIRROR_ENV, raising=False)
-    monkeypatch.delenv(hub.DEADLINE_ENV, raising=False)
-    return path
-
-
 def files_in(folder: Path):
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
 

@@ -51,14 +51,6 @@ def server(tmp_path):
 
 
 @pytest.fixture
-def cache(tmp_path, monkeypatch):
-    path = tmp_path / "cache"
-    monkeypatch.setenv(hub.CACHE_ENV, str(path))
-    monkeypatch.delenv(hub.MIRROR_ENV, raising=False)
-    return path
-
-
-@pytest.fixture
 def no_network(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the network was used")

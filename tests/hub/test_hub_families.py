@@ -52,14 +52,6 @@ def nlpl_bilm_tf_dir(tmp_path) -> tuple:
 
 
 @pytest.fixture
-def cache(tmp_path, monkeypatch):
-    path = tmp_path / "cache"
-    monkeypatch.setenv(hub.CACHE_ENV, str(path))
-    monkeypatch.delenv(hub_families.NLPL_MIRROR_ENV, raising=False)
-    return path
-
-
-@pytest.fixture
 def nlpl_server(tmp_path, monkeypatch, cache):
     root = tmp_path / "served"  # laid out like http://vectors.nlpl.eu/repository
     zip_dir(EFML / "with_words", root / "11" / "142.zip")  # efml:de

@@ -7,7 +7,7 @@ from spacy.util import fix_random_seed, registry
 
 from spacy_elmo import add_elmo, mix_weights
 
-from tests.helpers.models import CAT_DATA, NER_DATA, TAG_DATA, random_model
+from tests.helpers.models import CAT_DATA, NER_DATA, TAG_DATA, ner_config, random_model, tagger_config
 
 
 
@@ -35,19 +35,9 @@ def tok2vec(width=32, output_width=0, **kwargs):
 
 def component_config(name, t2v):
     if name == "tagger":
-        return {"model": {"@architectures": "spacy.Tagger.v2", "tok2vec": t2v}}
+        return tagger_config(t2v)
     if name == "ner":
-        return {
-            "model": {
-                "@architectures": "spacy.TransitionBasedParser.v2",
-                "state_type": "ner",
-                "extra_state_tokens": False,
-                "hidden_width": 32,
-                "maxout_pieces": 2,
-                "use_upper": True,
-                "tok2vec": t2v,
-            }
-        }
+        return ner_config(t2v)
     return {
         "model": {
             "@architectures": "spacy.TextCatEnsemble.v2",

@@ -13,7 +13,7 @@ from spacy.util import fix_random_seed
 from spacy_elmo import add_elmo, mix_weights
 from spacy_elmo.layers.scalar_mix import ScalarMix
 
-from tests.helpers.models import CAT_DATA, NER_DATA, TAG_DATA, random_model
+from tests.helpers.models import CAT_DATA, NER_DATA, TAG_DATA, ner_config, random_model, tagger_config
 from tests.helpers.paths import CONFIGS
 
 
@@ -24,22 +24,12 @@ def listener(width=32, **kwargs):
 
 COMPONENTS = {
     "tagger": (
-        {"model": {"@architectures": "spacy.Tagger.v2", "tok2vec": listener()}},
+        tagger_config(listener()),
         TAG_DATA,
         lambda doc: [t.tag_ for t in doc],
     ),
     "ner": (
-        {
-            "model": {
-                "@architectures": "spacy.TransitionBasedParser.v2",
-                "state_type": "ner",
-                "extra_state_tokens": False,
-                "hidden_width": 32,
-                "maxout_pieces": 2,
-                "use_upper": True,
-                "tok2vec": listener(),
-            }
-        },
+        ner_config(listener()),
         NER_DATA,
         lambda doc: [(e.start_char, e.end_char, e.label_) for e in doc.ents],
     ),
