@@ -30,7 +30,7 @@ pipeline afterwards (``nlp.to_disk`` writes them in the same format), so
 """
 from itertools import islice
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy
 from spacy.language import Language
@@ -38,6 +38,7 @@ from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
+from spacy.util import minibatch
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from . import architectures  # noqa: F401 (registers the architectures the default config names)
@@ -47,6 +48,7 @@ from .layers.bilm_shim import get_bilm, has_bilm, set_bilm
 from .layers.listener import ElmoListenerLayer
 from .layers.output_cache import OutputCache
 from .layers.scalar_mix import learned_mix
+from .layers.span_plan import token_buffers
 from .listener_host import ListenerHost
 from .loading import check_local, load_bilm
 from .vector_hooks import install as install_vector_hooks
@@ -77,6 +79,7 @@ DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
         "weights": None,
         "options": None,
         "vector_hooks": True,
+        "buffer_tokens": 4096,
     },
     default_score_weights={},
 )
@@ -91,6 +94,7 @@ def make_elmo(
     weights: Optional[str] = None,
     options: Optional[str] = None,
     vector_hooks: bool = True,
+    buffer_tokens: int = 4096,
 ) -> "Elmo":
     """ELMo activations on ``Doc._.elmo``.
 
@@ -115,10 +119,13 @@ def make_elmo(
         the hooks compute nothing until asked. Turn it off to keep the
         vocabulary's static vectors (e.g. ``en_core_web_md``'s) behind
         ``.vector`` and ``.similarity``.
+    buffer_tokens: ``nlp.pipe`` runs the biLM over groups of docs of at
+        least this many tokens, whatever spaCy's ``batch_size`` (0: spaCy's
+        batches as they come); see :meth:`Elmo.pipe`.
     """
     return Elmo(
         nlp.vocab, model, name, store=store, dtype=dtype, mix=mix, frozen=frozen,
-        weights=weights, options=options, vector_hooks=vector_hooks
+        weights=weights, options=options, vector_hooks=vector_hooks, buffer_tokens=buffer_tokens
     )
 
 
@@ -139,7 +146,10 @@ class Elmo(ListenerHost, TrainablePipe):
         weights: Optional[Union[str, Path]] = None,
         options: Optional[Union[str, Path]] = None,
         vector_hooks: bool = True,
+        buffer_tokens: int = 4096,
     ) -> None:
+        if isinstance(buffer_tokens, bool) or not isinstance(buffer_tokens, int) or buffer_tokens < 0:
+            raise ValueError(f"the elmo component's buffer_tokens must be an integer >= 0 (0: off), found {buffer_tokens!r}")
         if store not in STORES:
             raise ValueError(f"store must be one of {STORES}, found {store!r}")
         if dtype not in DTYPES:
@@ -161,6 +171,8 @@ class Elmo(ListenerHost, TrainablePipe):
         check_local(weights, options)
         #: Install :mod:`spacy_elmo.vector_hooks` on every annotated Doc.
         self.vector_hooks = vector_hooks
+        #: Tokens per group of docs in :meth:`pipe` (0: spaCy's batches).
+        self.buffer_tokens = buffer_tokens
         #: Training only (``spacy_elmo.training_cache.v1``; never saved): read while the biLM is not fine-tuned.
         self.output_cache: Optional[OutputCache] = None
         install_extensions()
@@ -215,6 +227,27 @@ class Elmo(ListenerHost, TrainablePipe):
             return []
         self._load_configured_bilm()
         return self._predict_layers(docs)
+
+    def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
+        """Annotate a stream of docs, yielded in order. The biLM runs over
+        groups of docs of at least ``buffer_tokens`` tokens
+        (:func:`~spacy_elmo.layers.span_plan.token_buffers`), whatever
+        ``batch_size`` spaCy passes: their sentences are sorted by length
+        across the group, so the biLM's batches hold sentences of nearly one
+        length. The groups depend only on the stream, so outputs do not
+        depend on ``batch_size``. Memory: a group's docs and their layers,
+        ``buffer_tokens`` (plus its last doc's tokens) x (L+1) x dim x 4 bytes
+        (the shipped biLM: 1,536 bytes a token, 6 MiB at the default 4,096;
+        AllenNLP's original: 12,288, 48 MiB), plus one biLM batch.
+        ``buffer_tokens = 0``: spaCy's batches as they come."""
+        error_handler = self.get_error_handler()
+        groups = token_buffers(stream, self.buffer_tokens) if self.buffer_tokens else minibatch(stream, size=batch_size)
+        for docs in groups:
+            try:
+                self.set_annotations(docs, self.predict(docs))
+                yield from docs
+            except Exception as e:
+                error_handler(self.name, self, docs, e)
 
     def _predict_layers(self, docs: List[Doc]) -> List[numpy.ndarray]:
         cache = None if self.fine_tunes else self.output_cache

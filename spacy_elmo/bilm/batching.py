@@ -66,6 +66,23 @@ def embed_batch(bilm, batch: List[Sequence[str]], call: Callable) -> Tuple[List[
     return [stacked[row, :, 1 : len(s) + 1] for row, s in enumerate(batch)], output
 
 
+def iter_batches(
+    bilm, sentences: Sequence[Sequence[str]], batch_size: int, by_length: bool = True
+) -> Iterator[Tuple[List[int], List[numpy.ndarray]]]:
+    """``(rows, views)`` for each batch of :func:`batch_rows`, under
+    ``torch.inference_mode``: the indices of the batch's sentences and each
+    one's layers (L+1, n_tokens, dim), float32 views into the batch's one
+    output array. The views are valid until the next batch is asked for
+    (copy what you keep); the work of a batch is done when it is asked for,
+    so a caller can time or configure each batch (the ``elmo`` component's
+    thread policy does)."""
+    for rows in batch_rows(sentences, batch_size, by_length):
+        with torch.inference_mode():
+            views, output = embed_batch(bilm, [sentences[i] for i in rows], bilm)
+        del output
+        yield rows, views
+
+
 def iter_embeddings(
     bilm, sentences: Sequence[Sequence[str]], batch_size: int, by_length: bool = True
 ) -> Iterator[Tuple[int, numpy.ndarray]]:
@@ -73,11 +90,9 @@ def iter_embeddings(
     :func:`batch_rows`, batch after batch, under ``torch.inference_mode``:
     ``layers`` a float32 array (L+1, n_tokens, dim) of its own, so that the
     batch's output is freed before the next batch runs."""
-    for rows in batch_rows(sentences, batch_size, by_length):
-        with torch.inference_mode():
-            views, output = embed_batch(bilm, [sentences[i] for i in rows], bilm)
-            arrays = [numpy.ascontiguousarray(view) for view in views]
-        del views, output
+    for rows, views in iter_batches(bilm, sentences, batch_size, by_length):
+        arrays = [numpy.ascontiguousarray(view) for view in views]
+        del views
         yield from zip(rows, arrays)
 
 

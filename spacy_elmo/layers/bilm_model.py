@@ -7,7 +7,8 @@ The PyTorch :class:`~spacy_elmo.bilm.BiLM` lives in a
 :func:`spacy_elmo.add_elmo`) the shim holds no biLM.
 
 ``model.predict`` runs the biLM under ``torch.inference_mode`` through
-:meth:`BiLM.iter_embeddings` (length-sorted batches, the word-type cache),
+:func:`~spacy_elmo.bilm.batching.iter_batches` (length-sorted batches, the
+word-type cache; each batch on the threads of :mod:`.thread_policy`),
 placing each batch's output into the Docs' arrays as it comes.
 ``model.begin_update`` runs the same batches (the same batch runner,
 :func:`~spacy_elmo.bilm.batching.embed_batch`) through the shim's
@@ -32,11 +33,12 @@ from spacy.tokens import Doc
 from thinc.api import ArgsKwargs, Model
 from thinc.types import Floats3d
 
-from ..bilm.batching import embed_batch, map_batches
+from ..bilm.batching import embed_batch, iter_batches, map_batches
 from .bilm_shim import BiLMShim, get_bilm
 from .listener import replace_listener, replace_listener_cfg
 from .span_getters import SpanGetter, configure_sent_or_strided_spans
 from .span_plan import span_plan, span_targets
+from .thread_policy import ThreadsSetting, make_policy
 
 
 def ElmoBiLM(
@@ -44,6 +46,7 @@ def ElmoBiLM(
     batch_size: int = 64,
     precision: str = "fp32",
     token_cache_size: int = 50_000,
+    threads: ThreadsSetting = "auto",
 ) -> Model[List[Doc], List[Floats3d]]:
     """The biLM over Docs.
 
@@ -54,6 +57,10 @@ def ElmoBiLM(
         (native bf16 CPUs and GPUs) or "int8" (CPU); see ``BiLM.precision``.
     token_cache_size: word types whose token encodings are kept across
         calls (0: off; see ``BiLM.token_cache``).
+    threads: torch threads of the biLM's inference batches: "auto" (the
+        faster of the caller's thread count and one thread, measured on the
+        batches themselves; see :mod:`.thread_policy`), 0 (torch's own
+        setting, untouched) or a number of threads.
 
     ``predict`` runs the biLM in inference; ``begin_update`` runs it with
     autograd and returns its backprop. Its users decide whether it is
@@ -69,6 +76,8 @@ def ElmoBiLM(
         attrs={
             "span_getter": span_getter or configure_sent_or_strided_spans(),
             "batch_size": batch_size,
+            "threads": threads,
+            "thread_policy": make_policy(threads),
             # Used by nlp.replace_listeners (see .listener).
             "replace_listener_cfg": replace_listener_cfg,
             "replace_listener": replace_listener,
@@ -91,8 +100,8 @@ def _one_thread_in_workers() -> None:
 def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
     """Per-Doc layers (L+1, n_tokens, dim).
 
-    Prediction: :meth:`BiLM.iter_embeddings` (inference mode, the word-type
-    cache), streamed into the Docs' arrays (:func:`_predict_streaming`). Training: the shim's ``begin_update`` on each batch of sentences
+    Prediction: :func:`~spacy_elmo.bilm.batching.iter_batches` (inference
+    mode, the word-type cache), streamed into the Docs' arrays (:func:`_predict_streaming`). Training: the shim's ``begin_update`` on each batch of sentences
     (the same length-sorted batches, :func:`~spacy_elmo.bilm.batching.map_batches`,
     and the same batch runner); the backprop routes the Docs' gradients to
     the batches' outputs and calls the shim's backprop of each batch."""
@@ -151,16 +160,30 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3
 def _predict_streaming(model: Model, bilm, docs: List[Doc], texts: List[List[str]], targets: List) -> List[Floats3d]:
     """Inference: each Doc's output (L+1, n_tokens, dim) is allocated once
     (zeros: a token no span covers keeps zero vectors) and each batch's span
-    outputs are copied into the rows of the tokens that take them as they
-    come (:meth:`BiLM.iter_embeddings`; ``targets`` from
-    :func:`~.span_plan.span_targets`), so the memory beyond the result is
-    one batch, whatever the Doc's length."""
+    outputs are copied from the batch's output into the rows of the tokens
+    that take them (:func:`~spacy_elmo.bilm.batching.iter_batches`;
+    ``targets`` from :func:`~.span_plan.span_targets`), so the memory beyond
+    the result is one batch, whatever the Doc's length. Each batch runs on
+    the threads the model's thread policy gives it."""
     bilm.eval()
     outputs = [numpy.zeros((bilm.num_layers, len(doc), bilm.output_dim), dtype=numpy.float32) for doc in docs]
-    for index, layers in bilm.iter_embeddings(texts, batch_size=model.attrs["batch_size"]):
-        d, positions, rows = targets[index]
-        if len(positions):
-            outputs[d][:, positions] = layers[:, rows]
+    policy = model.attrs["thread_policy"]
+    batches = iter_batches(bilm, texts, model.attrs["batch_size"])
+    while True:
+        with policy.batch() as info:
+            batch = next(batches, None)
+            if batch is not None:
+                info["n_tokens"] = sum(len(texts[i]) for i in batch[0])
+        if batch is None:
+            break
+        for index, layers in zip(*batch):
+            d, positions, rows = targets[index]
+            if len(positions) == layers.shape[1]:  # the whole span, in order: one slice copy
+                start = positions[0]
+                outputs[d][:, start : start + len(positions)] = layers
+            elif len(positions):
+                outputs[d][:, positions] = layers[:, rows]
+        del batch
     return [model.ops.asarray3f(output) for output in outputs]
 
 

@@ -1,7 +1,7 @@
 """Which sentences the biLM reads for a batch of Docs, and where each token's
 output comes from (the span getter decides; overlapping windows resolve as
 :func:`~spacy_elmo.layers.span_getters.token_sources` says)."""
-from typing import Callable, List, Tuple
+from typing import Callable, Iterable, Iterator, List, Tuple
 
 import numpy
 from spacy.tokens import Doc
@@ -47,3 +47,24 @@ def span_targets(
             lo, hi = numpy.searchsorted(flat, [offsets[j], offsets[j + 1]])
             targets.append((d, positions[lo:hi], flat[lo:hi] - offsets[j]))
     return targets
+
+
+def token_buffers(docs: Iterable[Doc], max_tokens: int) -> Iterator[List[Doc]]:
+    """``docs`` in order, in groups that the ``elmo`` component runs through
+    the biLM together: docs are added until the group holds at least
+    ``max_tokens`` tokens (so a group exceeds it by less than its last doc;
+    a doc longer than ``max_tokens`` makes a group of its own or ends one).
+    The groups depend only on the docs, never on how the caller batched
+    them, so outputs do not depend on ``nlp.pipe``'s ``batch_size``."""
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, found {max_tokens}")
+    group: List[Doc] = []
+    n_tokens = 0
+    for doc in docs:
+        group.append(doc)
+        n_tokens += len(doc)
+        if n_tokens >= max_tokens:
+            yield group
+            group, n_tokens = [], 0
+    if group:
+        yield group
