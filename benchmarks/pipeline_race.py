@@ -29,8 +29,8 @@ Docs: the first ``--docs`` non-empty lines of ``--text`` (at most 100,000
 characters a line), split by spaCy's English tokenizer and sentencizer,
 made once; every run gets fresh copies (made outside the timed region).
 ``--threads N``: ``torch.set_num_threads(N)`` before the path runs (the
-``elmo`` component's own thread policy, where it has one, then decides
-within that). ``--load N`` starts N busy processes (``while True: pass``)
+``elmo`` component's own thread policy then decides within that;
+``--elmo-threads 0`` turns it off, ``--elmo-threads 1`` fixes one thread). ``--load N`` starts N busy processes (``while True: pass``)
 for the whole run and stops them at the end: the loaded-machine case.
 The table gives the median words/s over the rounds (min-max beside it);
 ``--json`` writes every figure, the machine and the settings (no paths).
@@ -90,7 +90,7 @@ def with_tags(nlp) -> None:
         tagger.add_label(tag)
 
 
-def build_paths(minilm: Optional[Path], names: List[str]) -> Dict[str, Callable]:
+def build_paths(minilm: Optional[Path], names: List[str], elmo_threads: Optional[str]) -> Dict[str, Callable]:
     """name -> a function (docs -> None) that runs the path on the docs."""
     import spacy
     from thinc.api import Config
@@ -101,6 +101,9 @@ def build_paths(minilm: Optional[Path], names: List[str]) -> Dict[str, Callable]
     from spacy_elmo.loading import load_bilm
 
     paths: Dict[str, Callable] = {}
+    # The component's thread policy (None: leave the component's default; a
+    # checkout from before the policy has no such setting).
+    model_cfg = {} if elmo_threads is None else {"model": {"threads": int(elmo_threads) if elmo_threads.isdigit() else elmo_threads}}
     if "bilm" in names:
         bilm = load_bilm(None, None).eval()
         getter = spacy_elmo.architectures.configure_sent_or_strided_spans()
@@ -112,10 +115,12 @@ def build_paths(minilm: Optional[Path], names: List[str]) -> Dict[str, Callable]
         paths["bilm"] = run_bilm
     if "elmo" in names:
         nlp = spacy.blank("en")
-        spacy_elmo.add_elmo(nlp)
+        spacy_elmo.add_elmo(nlp, config=model_cfg)
         paths["elmo"] = lambda docs, nlp=nlp: [None for _ in nlp.pipe(docs, batch_size=64)]
     if "elmo_tagger" in names:
         config = Config().from_disk(REPO / "configs" / "elmo_tagger.cfg")
+        if elmo_threads is not None:
+            config["components"]["elmo"]["model"]["threads"] = model_cfg["model"]["threads"]
         nlp = spacy.util.load_model_from_config(config, auto_fill=True)
         with_tags(nlp)
         nlp.initialize()
@@ -128,7 +133,7 @@ def build_paths(minilm: Optional[Path], names: List[str]) -> Dict[str, Callable]
         paths["tok2vec_tagger"] = lambda docs, nlp=nlp: [None for _ in nlp.pipe(docs, batch_size=64)]
     if "elmo_small" in names:
         nlp = spacy.blank("en")
-        spacy_elmo.add_elmo(nlp, bilm=spacy_elmo.BiLM(published_options("small")).eval())
+        spacy_elmo.add_elmo(nlp, bilm=spacy_elmo.BiLM(published_options("small")).eval(), config=model_cfg)
         paths["elmo_small"] = lambda docs, nlp=nlp: [None for _ in nlp.pipe(docs, batch_size=64)]
     if "minilm_tagger" in names and minilm is not None:
         import spacy_transformers  # noqa: F401 (registers the transformer factory)
@@ -169,6 +174,7 @@ def main(
     paths: List[str] = typer.Option(
         ["bilm", "elmo", "elmo_tagger", "tok2vec_tagger", "elmo_small", "minilm_tagger"], "--path",
         help="which paths to time (repeat)"),
+    elmo_threads: Optional[str] = typer.Option(None, help="the elmo component's threads setting (auto, 0, N; default: its own)"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="write every figure here"),
     profile: Optional[Path] = typer.Option(None, help="run each path once under cProfile; write the top functions here"),
 ) -> None:
@@ -180,7 +186,7 @@ def main(
     nlp.add_pipe("sentencizer")
     base_docs = list(nlp.pipe(lines))
     n_words = sum(len(doc) for doc in base_docs)
-    runners = build_paths(minilm, paths)
+    runners = build_paths(minilm, paths, elmo_threads)
     caller_threads = torch.get_num_threads()
     for run in runners.values():  # warm-up: word-type caches, packed weights, lazy loads
         run(fresh(base_docs[:50]))
@@ -212,7 +218,8 @@ def main(
     if profile:
         profile.write_text(report.getvalue(), encoding="utf-8")
     header = f"{'path':<16}" + "".join(f"{f'{t} thread(s), words/s':>34}" for t in threads)
-    typer.echo(f"{n_words} words in {len(base_docs)} docs from {text.name}; load {load}; {cpu_name()}, "
+    typer.echo(f"{n_words} words in {len(base_docs)} docs from {text.name}; load {load}; elmo threads "
+               f"{elmo_threads or 'default'}; {cpu_name()}, "
                f"{os.cpu_count()} cores, torch {torch.__version__}")
     typer.echo(header)
     for name, by_threads in figures.items():
@@ -223,7 +230,7 @@ def main(
         typer.echo(f"{name:<16}" + "".join(f"{c:>34}" for c in cells))
     if json_out:
         json_out.write_text(json.dumps({
-            "text": text.name, "docs": len(base_docs), "words": n_words, "rounds": rounds, "load": load,
+            "text": text.name, "docs": len(base_docs), "words": n_words, "rounds": rounds, "load": load, "elmo_threads": elmo_threads,
             "threads": threads, "cpu": cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__,
             "words_per_second": figures,
         }, indent=1), encoding="utf-8")

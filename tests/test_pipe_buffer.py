@@ -14,15 +14,18 @@ from tests.helpers.paths import FIXTURES
 BATCH_SIZES = (1, 7, 64, 1000)
 
 
-def brown_docs(nlp, n=120):
-    """Real sentences (the Brown sample), each doc a few of them, with and
-    without sentence boundaries (the span getter then reads strided
-    128-token windows: the long docs below have several)."""
-    vocab_nlp = spacy.blank("en")
-    sample = list(DocBin().from_disk(FIXTURES / "training_sample" / "brown_dev.spacy").get_docs(vocab_nlp.vocab))
-    sentences = [doc.text for doc in sample[:n]]
+def real_texts():
+    """Real sentences (the Brown and sentiment samples, 48 texts), in docs
+    of three sentences (with sentence boundaries from a sentencizer) and in
+    long docs of 16 (without boundaries the span getter reads strided
+    128-token windows, several per doc)."""
+    vocab = spacy.blank("en").vocab
+    sentences = []
+    for name in ("brown_train", "sentiment_train"):
+        path = FIXTURES / "training_sample" / f"{name}.spacy"
+        sentences.extend(doc.text for doc in DocBin().from_disk(path).get_docs(vocab))
     with_sents = [" ".join(sentences[i : i + 3]) for i in range(0, len(sentences), 3)]
-    long_docs = [" ".join(sentences[i : i + 20]) for i in range(0, len(sentences), 20)]
+    long_docs = [" ".join(sentences[i : i + 16]) for i in range(0, len(sentences), 16)]
     return with_sents, long_docs
 
 
@@ -37,7 +40,7 @@ def make_nlp(buffer_tokens, sentencizer):
 @pytest.mark.parametrize("sentencizer", [True, False])
 def test_outputs_do_not_depend_on_the_batch_size(sentencizer):
     nlp = make_nlp(300, sentencizer)
-    with_sents, long_docs = brown_docs(nlp)
+    with_sents, long_docs = real_texts()
     texts = with_sents if sentencizer else long_docs + with_sents
     if sentencizer:
         assert any(len(list(doc.sents)) > 1 for doc in nlp.pipe(texts[:5]))
