@@ -15,7 +15,7 @@ BiLM.pretrained_loader = load_bilm
 
 _SPACY_NAMES = {
     "add_elmo": "pipeline",
-    "mix_weights": "pipeline",
+    "mix_weights": "layers.scalar_mix",
     "Elmo": "pipeline",
     "ElmoData": "data",
     "SavedPipelineError": "saved_pipeline",

@@ -30,7 +30,7 @@ pipeline afterwards (``nlp.to_disk`` writes them in the same format), so
 """
 from itertools import islice
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 import numpy
 from spacy.language import Language
@@ -47,7 +47,6 @@ from .data import DTYPES, STORES, ElmoData, install_extensions
 from .layers.bilm_shim import get_bilm, has_bilm, set_bilm
 from .layers.listener import ElmoListenerLayer
 from .layers.output_cache import OutputCache
-from .layers.scalar_mix import learned_mix
 from .layers.span_plan import token_buffers
 from .listener_host import ListenerHost
 from .loading import check_local, load_bilm
@@ -230,16 +229,12 @@ class Elmo(ListenerHost, TrainablePipe):
 
     def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
         """Annotate a stream of docs, yielded in order. The biLM runs over
-        groups of docs of at least ``buffer_tokens`` tokens
-        (:func:`~spacy_elmo.layers.span_plan.token_buffers`), whatever
-        ``batch_size`` spaCy passes: their sentences are sorted by length
-        across the group, so the biLM's batches hold sentences of nearly one
-        length. The groups depend only on the stream, so outputs do not
-        depend on ``batch_size``. Memory: a group's docs and their layers,
-        ``buffer_tokens`` (plus its last doc's tokens) x (L+1) x dim x 4 bytes
-        (the shipped biLM: 1,536 bytes a token, 6 MiB at the default 4,096;
-        AllenNLP's original: 12,288, 48 MiB), plus one biLM batch.
-        ``buffer_tokens = 0``: spaCy's batches as they come."""
+        groups of at least ``buffer_tokens`` tokens (:func:`~spacy_elmo.layers.
+        span_plan.token_buffers`; 0: spaCy's batches), their sentences sorted by
+        length together; the groups depend only on the stream, so outputs do
+        not depend on ``batch_size``. Memory: a group's docs and layers,
+        ``buffer_tokens`` (+ its last doc) x (L+1) x dim x 4 bytes (the shipped
+        biLM: 6 MiB at the default 4,096; AllenNLP's original: 48 MiB)."""
         error_handler = self.get_error_handler()
         groups = token_buffers(stream, self.buffer_tokens) if self.buffer_tokens else minibatch(stream, size=batch_size)
         for docs in groups:
@@ -416,18 +411,3 @@ def add_elmo(
     component.load_weights(bilm=bilm)
     component.model.initialize()
     return component
-
-
-def mix_weights(nlp: Language) -> Dict[str, Tuple[numpy.ndarray, float]]:
-    """The learned ELMo mix of every component: ``{name: (softmax weights, gamma)}``;
-    several mixes in one component (ELMo at input and output) get keys ``name``,
-    ``name[1]``, ... in model order; mixes not initialized yet are left out."""
-    result: Dict[str, Tuple[numpy.ndarray, float]] = {}
-    for name, component in nlp.pipeline:
-        model = getattr(component, "model", None)
-        if not isinstance(model, Model):
-            continue
-        mixes = [node for node in model.walk() if node.name == "elmo_scalar_mix" and node.has_param("weights")]
-        for i, node in enumerate(mixes):
-            result[name if i == 0 else f"{name}[{i}]"] = learned_mix(node)
-    return result

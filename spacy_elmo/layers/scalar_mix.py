@@ -17,7 +17,7 @@ Options:
 The forward pass is written in torch (on the arrays' memory, no copies on
 CPU) and its gradients, the penalty's included, come from autograd.
 """
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy
 import torch
@@ -110,3 +110,18 @@ def forward(model: Model, Xs: List[Floats3d], is_train: bool):
         ]
 
     return outputs, backprop
+
+
+def mix_weights(nlp) -> Dict[str, Tuple[numpy.ndarray, float]]:
+    """The learned ELMo mix of every component: ``{name: (softmax weights, gamma)}``;
+    several mixes in one component (ELMo at input and output) get keys ``name``,
+    ``name[1]``, ... in model order; mixes not initialized yet are left out."""
+    result: Dict[str, Tuple[numpy.ndarray, float]] = {}
+    for name, component in nlp.pipeline:
+        model = getattr(component, "model", None)
+        if not isinstance(model, Model):
+            continue
+        mixes = [node for node in model.walk() if node.name == "elmo_scalar_mix" and node.has_param("weights")]
+        for i, node in enumerate(mixes):
+            result[name if i == 0 else f"{name}[{i}]"] = learned_mix(node)
+    return result
