@@ -125,12 +125,15 @@ def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torc
     data = prepare_data(config, out, options.max_characters_per_token, info, check=resume_check)
     options.extra["n_tokens_vocab"] = len(data.vocab)
     run = _Run(config, options, data, info, device, checkpoint)
-    run.write_run_files()
-    if run.loop(progress, callback):
-        run.save("signal")
-        run.log.write(event="stopped", step=run.step)
-        return {"step": run.step, "stopped": True, "output": str(out)}
-    return run.finish()
+    try:
+        run.write_run_files()
+        if run.loop(progress, callback):
+            run.save("signal")
+            run.log.write(event="stopped", step=run.step)
+            return {"step": run.step, "stopped": True, "output": str(out)}
+        return run.finish()
+    finally:
+        run.release_process_group()
 
 
 class _StopFlag:
@@ -181,6 +184,13 @@ class _Run:
             # Different dropout masks on each rank; the weights are the same.
             torch.manual_seed(config.seed * 1000 + 1 + info.rank)
             self.step, self.tokens_seen = 0, 0
+        self.log = RunLog(self.out / "log.jsonl", info.is_main)
+        if checkpoint is not None:
+            self.log.rollback(self.step)
+        self._epoch: Optional[int] = None
+        self._epoch_batches: List[numpy.ndarray] = []
+        # The DDP wrapper is made last, so that a failure above leaves no
+        # wrapper (and no reference to the process group) behind.
         self.train_model: nn.Module = self.model
         if info.enabled:
             # Width-1 char-CNN filters get gradients in a transposed layout; DDP
@@ -192,11 +202,23 @@ class _Run:
             self.train_model = nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[device.index] if device.type == "cuda" else None
             )
-        self.log = RunLog(self.out / "log.jsonl", info.is_main)
-        if checkpoint is not None:
-            self.log.rollback(self.step)
-        self._epoch: Optional[int] = None
-        self._epoch_batches: List[numpy.ndarray] = []
+
+    def release_process_group(self) -> None:
+        """Drop the DDP wrapper, the one object of a run that holds the
+        process group (as ``process_group`` and in its C++ reducer).
+
+        Called before :func:`distributed.teardown`, so that
+        ``destroy_process_group`` frees the gloo backend and joins its
+        threads. Without it the wrapper lived as long as this object, and
+        this object can outlive the run in a reference cycle: on rank 0,
+        matplotlib's import and drawing under :meth:`finish` leave frames in
+        cycles whose ``f_back`` chain reaches ``finish``'s frame and its
+        ``self``; an exception's traceback does the same on any rank. The
+        group then lived until the cyclic garbage collector ran, possibly
+        not before interpreter shutdown, where a gloo thread that still
+        holds tensors takes the GIL and the process aborts
+        (docs/reliability.md, "Distributed runs")."""
+        self.train_model = self.model
 
     # ------------------------------------------------------------ files
     def write_run_files(self) -> None:
