@@ -126,3 +126,25 @@ def teardown_worker(rank: int, world_size: int, port: int, tmp: str, corpus: str
     }
     tag = "resume" if resume else "fresh"
     (tmp_path / f"teardown-{tag}-{rank}.json").write_text(json.dumps(report), encoding="utf-8")
+
+
+def held_group_worker(rank: int, ports: list, tmp: str) -> None:
+    """A one-process gloo group torn down by ``distributed.teardown``, once
+    with a reference held to it and once without; writes the warnings."""
+    import logging
+
+    import torch.distributed as dist
+
+    from spacy_elmo.pretrain import distributed as D
+
+    warnings = []
+    handler = logging.Handler()
+    handler.emit = lambda record: warnings.append(record.getMessage())
+    logging.getLogger(D.__name__).addHandler(handler)
+    for hold in (True, False):
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{ports[int(hold)]}", rank=0, world_size=1)
+        held = dist.group.WORLD if hold else None
+        D.teardown(D.DistInfo(rank=0, world_size=2))  # as a rank of a larger run would
+        warnings.append(f"hold={hold}: {len(backend_threads())} threads")
+        del held
+    Path(tmp, "held.json").write_text(json.dumps(warnings), encoding="utf-8")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.pretrain import teardown_worker, write_corpus
+from tests.helpers.pretrain import held_group_worker, teardown_worker, write_corpus
 
 
 def _free_port() -> int:
@@ -34,3 +34,15 @@ def test_no_rank_holds_the_process_group_or_its_threads_after_a_fresh_and_a_resu
             assert report["threads_after"] == [], (tag, rank, report)
             assert not report["group_alive_after"], (tag, rank, report)
             assert not report["initialized_after"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread names from /proc (Linux)")
+def test_teardown_warns_when_something_still_holds_the_group(tmp_path):
+    import torch.multiprocessing as mp
+
+    mp.spawn(held_group_worker, args=([_free_port(), _free_port()], str(tmp_path)), nprocs=1, join=True)
+    messages = json.loads((tmp_path / "held.json").read_text(encoding="utf-8"))
+    assert len(messages) == 3, messages
+    assert messages[0].startswith("the process group is still referenced after destroy_process_group")
+    assert messages[1] != "hold=True: 0 threads"  # held: its threads live on
+    assert messages[2] == "hold=False: 0 threads"  # not held: no warning, no thread
