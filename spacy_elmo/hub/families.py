@@ -46,7 +46,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Optional, Tuple
 
-from .names import CACHE_ENV, ModelNotFoundError, cache_dir, env_base_url, url_cache_path
+from .names import CACHE_ENV, ModelNotFoundError, cache_dir, check_cache, env_base_url, url_cache_path
 from .transport import Check, DownloadError, _cleanup, _download, _Failure, _locked, _make_dirs
 
 #: ELMoForManyLangs languages in the order of their NLPL ids (136 onwards).
@@ -144,6 +144,7 @@ def resolve_local_zip(path: Path, *, check: Optional[Check] = None) -> Tuple[Pat
         for chunk in iter(lambda: fin.read(1 << 20), b""):
             digest.update(chunk)
     dest = cache_dir() / "zips" / digest.hexdigest()[:16]
+    check_cache([], folders=[dest])
     if dest.is_dir():
         return model_files(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -155,7 +156,9 @@ def resolve_local_zip(path: Path, *, check: Optional[Check] = None) -> Tuple[Pat
 
 def fetch_zip(url: str, dest: Path, *, check: Optional[Check], progress: bool, offline: str) -> Tuple[Path, Path]:
     """``url`` (a zip) unpacked into ``dest`` unless it is there already; the
-    model in it handed to ``check`` first (None: no format check)."""
+    model in it handed to ``check`` first (None: no format check). The
+    cache is checked first (:func:`check_cache`), as for every download."""
+    check_cache([dest.parent / (dest.name + ".zip")], folders=[dest])
     if dest.is_dir():
         return model_files(dest)
     created = _make_dirs([dest.parent])

@@ -168,9 +168,10 @@ def url_cache_path(url: str) -> Path:
     return cache_dir() / "urls" / digest / name
 
 
-def check_cache(paths) -> None:
+def check_cache(paths, folders=()) -> None:
     """Raise :class:`CacheError` unless the cache can hold ``paths`` (files
-    under :func:`cache_dir`): the cache is a directory, writable (or can be
+    under :func:`cache_dir`) and ``folders`` (directories under it, such as
+    an unpacked zip): the cache is a directory, writable (or can be
     made) where a file is missing, no entry on the way is a dangling symbolic link, each folder is a
     directory and each existing file a regular file (or a link to one)."""
     root = cache_dir()
@@ -183,14 +184,15 @@ def check_cache(paths) -> None:
         raise CacheError(f"{setting}: {probe} is a symbolic link to {os.readlink(probe)}, which does not exist; remove it or {fix}")
     if not probe.is_dir():
         raise CacheError(f"{setting}: {probe} is a file, not a directory; {fix}, or remove the file")
-    missing = [Path(path) for path in paths if not Path(path).exists()]
+    paths = list(paths)
+    missing = [Path(path) for path in [*paths, *folders] if not Path(path).exists()]
     if missing and not os.access(probe, os.W_OK | os.X_OK):  # a read-only cache that holds the files is fine
         raise CacheError(f"{setting}: {probe} is not writable; {fix}, or make it writable (chmod u+w {probe})")
-    for path in paths:
+    for path, leaf_is_file in [(p, True) for p in paths] + [(f, False) for f in folders]:
         entry = Path(path)
         entries = [entry] + [p for p in entry.parents if root in p.parents]
         for item in reversed(entries):
-            is_file = item == entry
+            is_file = leaf_is_file and item == entry
             if item.is_symlink() and not item.exists():
                 raise CacheError(
                     f"the cache entry {item} is a symbolic link to {os.readlink(item)}, which does not exist; "

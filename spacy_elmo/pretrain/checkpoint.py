@@ -3,7 +3,11 @@ unpickling, and the checks that a resume continues the same run.
 
 A checkpoint (``OUTPUT/checkpoints/last.pt``) is a dict of tensors and
 plain values (format :data:`CHECKPOINT_FORMAT`), so it loads with
-``torch.load(weights_only=True)``. Runs in progress are resumed with newer
+``torch.load(weights_only=True)``. The one before it is kept beside it as
+``prev.pt`` (:func:`save_keeping_previous`), so that a damaged ``last.pt``
+costs one checkpoint interval, not the run; ``--resume`` falls back to it
+and says so (:func:`load_resume_checkpoint`). The choice costs disk: two
+checkpoints, and a third while one is written. Runs in progress are resumed with newer
 code: what it holds and how it is read must not change without a new
 format name.
 """
@@ -24,6 +28,9 @@ from .vocab import Vocab
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = "spacy_elmo.pretrain.checkpoint/1"
+
+
+LAST, PREVIOUS = "last.pt", "prev.pt"
 
 
 def checkpoint_path(output_dir: Path, checkpoint: Optional[Path] = None) -> Path:
@@ -74,13 +81,17 @@ def set_rng_state(state: Dict[str, Any], device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def atomic_save(obj: Any, path: Path) -> None:
+def atomic_save(obj: Any, path: Path, previous: Optional[Path] = None) -> None:
     """Write ``obj`` to ``path`` through a temporary file, so that a failed
     write (disk full, quota) leaves the previous checkpoint intact; the
-    failure is a PretrainError that says so."""
+    failure is a PretrainError that says so. With ``previous``, the file
+    at ``path`` is renamed to it once the new one is written, just before
+    the new one takes its place (:func:`save_keeping_previous`)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         torch.save(obj, tmp)
+        if previous is not None and path.exists():
+            os.replace(path, previous)
         os.replace(tmp, path)
     except (OSError, RuntimeError) as err:  # torch reports a full disk as RuntimeError
         try:
@@ -93,6 +104,33 @@ def atomic_save(obj: Any, path: Path) -> None:
             f"cannot write the checkpoint {path} ({type(err).__name__}: {reason}); {kept}. "
             "Free disk space (or check the output's file system) and continue with --resume"
         ) from err
+
+
+def save_keeping_previous(obj: Any, folder: Path) -> None:
+    """Write ``folder/last.pt``; the one it replaces becomes ``prev.pt``.
+    A kill between the two renames leaves ``prev.pt`` (and the new
+    checkpoint as ``last.pt.tmp``), which :func:`load_resume_checkpoint`
+    resumes from."""
+    atomic_save(obj, Path(folder) / LAST, previous=Path(folder) / PREVIOUS)
+
+
+def load_resume_checkpoint(folder: Path) -> Tuple[Dict[str, Any], Path]:
+    """The checkpoint a ``--resume`` continues, and its path: ``last.pt``,
+    or ``prev.pt`` when ``last.pt`` is missing or damaged (with a warning
+    that names both). Neither loadable: the error of ``last.pt``."""
+    last, previous = Path(folder) / LAST, Path(folder) / PREVIOUS
+    try:
+        return load_checkpoint(last), last
+    except PretrainError as err:
+        if not previous.is_file():
+            raise
+        try:
+            state = load_checkpoint(previous)
+        except PretrainError as second:
+            raise PretrainError(f"{err}\nThe previous checkpoint cannot be used either: {second}") from None
+        logger.warning("%s cannot be used (%s); resuming from the previous checkpoint %s (step %d)",
+                       last, str(err).split(". ")[0], previous, int(state["step"]))
+        return state, previous
 
 
 def load_checkpoint(path: Path) -> Dict[str, Any]:
@@ -117,12 +155,13 @@ def load_checkpoint(path: Path) -> Dict[str, Any]:
 
 def _earlier_checkpoints(path: Path) -> str:
     """What to do instead of a damaged checkpoint: the other checkpoint
-    files beside it, if any (a run keeps only last.pt)."""
+    files beside it, if any (a run keeps last.pt and prev.pt)."""
     others = sorted(p.name for p in path.parent.glob("*.pt") if p != path)
     if others:
-        return f"Use an earlier checkpoint instead (export --checkpoint FILE; for --resume, copy it to {path.name}): {', '.join(others)} in {path.parent}"
+        return (f"Use another checkpoint instead (export --checkpoint FILE; --resume takes {PREVIOUS} by itself "
+                f"when {LAST} is damaged): {', '.join(others)} in {path.parent}")
     return (
-        f"No earlier checkpoint is beside it (a run keeps only {path.name}): restore {path.name} from a copy, "
+        f"No other checkpoint is beside it (a run keeps {LAST} and {PREVIOUS}): restore {path.name} from a copy, "
         "or start the run again in a fresh --output"
     )
 

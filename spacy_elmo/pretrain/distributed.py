@@ -12,12 +12,16 @@ weights); the batches of a step are dealt out by rank, so one step consumes
 ``world_size`` batches; DDP averages the gradients, so the weights stay
 identical on every rank. Only rank 0 writes logs, checkpoints and exports.
 """
+import logging
 import os
+import weakref
 from dataclasses import dataclass
 from typing import Any, List
 
 import torch
 import torch.distributed as dist
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -65,7 +69,15 @@ def teardown(info: DistInfo) -> None:
     """Destroy the process group; this stops and joins the backend's
     threads while the interpreter is fully alive (see :func:`setup`)."""
     if info.enabled and dist.is_initialized():
+        group = weakref.ref(dist.group.WORLD)
         dist.destroy_process_group()
+        if group() is not None:
+            # Something still holds the group (a DDP wrapper not released):
+            # its backend threads run on into interpreter shutdown.
+            logger.warning(
+                "the process group is still referenced after destroy_process_group; its backend threads "
+                "outlive it and can abort the process at exit (see docs/reliability.md, 'Distributed runs')"
+            )
 
 
 def any_flag(info: DistInfo, flag: bool, device: torch.device) -> bool:

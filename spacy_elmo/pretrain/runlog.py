@@ -62,22 +62,41 @@ class RunLog:
         """On resume from the checkpoint of ``step``: drop the records of
         later steps (written after that checkpoint, by the run that went on
         and was lost), so that the log and the learning curve show each
-        step once. Returns how many were dropped (also logged)."""
+        step once. Lines that are not a JSON record (the last one, cut off
+        by a kill in mid-write; or anything else damaged) are moved to
+        ``log.jsonl.damaged`` beside it, kept for inspection but out of the
+        way of :func:`read_log` and ``plot``. Returns how many records were
+        dropped (both counts are logged)."""
         if not self.enabled or not self.path.exists():
             return 0
-        lines = self.path.read_text(encoding="utf-8").splitlines(keepends=True)
-        kept = []
+        lines = self.path.read_bytes().splitlines(keepends=True)
+        kept, damaged, dropped = [], [], 0
         for line in lines:
             try:
-                later = int(json.loads(line).get("step", 0)) > step
-            except (ValueError, TypeError, AttributeError):
-                later = False  # not ours to judge: keep it
-            if not later:
-                kept.append(line)
-        dropped = len(lines) - len(kept)
-        if dropped:
+                record = json.loads(line)
+            except ValueError:  # not JSON, or not UTF-8
+                record = None
+            if not isinstance(record, dict):
+                if line.strip():
+                    damaged.append(line if line.endswith(b"\n") else line + b"\n")
+                continue
+            try:
+                later = int(record.get("step", 0)) > step
+            except (ValueError, TypeError):
+                later = False  # a record without a step number is not ours to judge: keep it
+            if later:
+                dropped += 1
+            else:
+                kept.append(line if line.endswith(b"\n") else line + b"\n")
+        if damaged:
+            quarantine = self.path.with_name(self.path.name + ".damaged")
+            with open(quarantine, "ab") as fout:
+                fout.writelines(damaged)
+            logger.warning("log.jsonl: moved %d damaged lines to %s", len(damaged), quarantine)
+        if dropped or damaged or kept != lines:
             tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text("".join(kept), encoding="utf-8")
+            tmp.write_bytes(b"".join(kept))
             os.replace(tmp, self.path)
+        if dropped:
             logger.warning("log.jsonl: dropped %d records after step %d (rolled back by the resume)", dropped, step)
         return dropped

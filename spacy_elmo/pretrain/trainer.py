@@ -50,8 +50,8 @@ from ..bilm.options import BiLMOptions
 from . import distributed as D
 from .batches import epoch_batches
 from .checkpoint import (
-    atomic_save, check_resume, check_resume_data, check_resume_options, load_checkpoint, make_checkpoint, restore,
-    rng_state,
+    LAST, PREVIOUS, check_resume, check_resume_data, check_resume_options, load_resume_checkpoint, make_checkpoint,
+    restore, rng_state, save_keeping_previous,
 )
 from .config import PretrainConfig
 from .curve import plot_learning_curve
@@ -110,12 +110,14 @@ def _locked_output(out: Path, info: D.DistInfo, device: torch.device):
 
 def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torch.device) -> Dict[str, Any]:
     out = Path(config.output)
-    last = out / "checkpoints" / "last.pt"
-    checkpoint = None
+    folder = out / "checkpoints"
+    checkpoint, resumed_from = None, None
     if resume:
-        checkpoint = load_checkpoint(last)
+        checkpoint, resumed_from = load_resume_checkpoint(folder)
         check_resume(checkpoint, config, info)
-    elif last.exists():
+        if info.is_main:
+            logger.info("resuming from %s (step %d)", resumed_from, int(checkpoint["step"]))
+    elif (folder / LAST).exists() or (folder / PREVIOUS).exists():
         raise ValueError(f"{out} already holds a checkpoint; use --resume to continue it or choose another output")
     options = load_options(config)
     if checkpoint is not None:
@@ -125,12 +127,16 @@ def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torc
     data = prepare_data(config, out, options.max_characters_per_token, info, check=resume_check)
     options.extra["n_tokens_vocab"] = len(data.vocab)
     run = _Run(config, options, data, info, device, checkpoint)
-    run.write_run_files()
-    if run.loop(progress, callback):
-        run.save("signal")
-        run.log.write(event="stopped", step=run.step)
-        return {"step": run.step, "stopped": True, "output": str(out)}
-    return run.finish()
+    run.resumed_from = resumed_from.name if resumed_from else None
+    try:
+        run.write_run_files()
+        if run.loop(progress, callback):
+            run.save("signal")
+            run.log.write(event="stopped", step=run.step)
+            return {"step": run.step, "stopped": True, "output": str(out)}
+        return run.finish()
+    finally:
+        run.release_process_group()
 
 
 class _StopFlag:
@@ -166,6 +172,7 @@ class _Run:
         self.config, self.options, self.data, self.info, self.device = config, options, data, info, device
         self.out = Path(config.output)
         self.resumed = checkpoint is not None
+        self.resumed_from: Optional[str] = None  # the checkpoint file's name, set by the caller
         torch.manual_seed(config.seed)
         self.model = PretrainModel(options, len(data.vocab), config.dropout, config.cutoffs).to(device)
         self.optimizer = make_optimizer(config, self.model.parameters())
@@ -181,6 +188,13 @@ class _Run:
             # Different dropout masks on each rank; the weights are the same.
             torch.manual_seed(config.seed * 1000 + 1 + info.rank)
             self.step, self.tokens_seen = 0, 0
+        self.log = RunLog(self.out / "log.jsonl", info.is_main)
+        if checkpoint is not None:
+            self.log.rollback(self.step)
+        self._epoch: Optional[int] = None
+        self._epoch_batches: List[numpy.ndarray] = []
+        # The DDP wrapper is made last, so that a failure above leaves no
+        # wrapper (and no reference to the process group) behind.
         self.train_model: nn.Module = self.model
         if info.enabled:
             # Width-1 char-CNN filters get gradients in a transposed layout; DDP
@@ -192,11 +206,23 @@ class _Run:
             self.train_model = nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[device.index] if device.type == "cuda" else None
             )
-        self.log = RunLog(self.out / "log.jsonl", info.is_main)
-        if checkpoint is not None:
-            self.log.rollback(self.step)
-        self._epoch: Optional[int] = None
-        self._epoch_batches: List[numpy.ndarray] = []
+
+    def release_process_group(self) -> None:
+        """Drop the DDP wrapper, the one object of a run that holds the
+        process group (as ``process_group`` and in its C++ reducer).
+
+        Called before :func:`distributed.teardown`, so that
+        ``destroy_process_group`` frees the gloo backend and joins its
+        threads. Without it the wrapper lived as long as this object, and
+        this object can outlive the run in a reference cycle: on rank 0,
+        matplotlib's import and drawing under :meth:`finish` leave frames in
+        cycles whose ``f_back`` chain reaches ``finish``'s frame and its
+        ``self``; an exception's traceback does the same on any rank. The
+        group then lived until the cyclic garbage collector ran, possibly
+        not before interpreter shutdown, where a gloo thread that still
+        holds tensors takes the GIL and the process aborts
+        (docs/reliability.md, "Distributed runs")."""
+        self.train_model = self.model
 
     # ------------------------------------------------------------ files
     def write_run_files(self) -> None:
@@ -211,6 +237,7 @@ class _Run:
         self.options.to_file(out / "options.json")
         self.log.write(
             event="resume" if self.resumed else "start", step=self.step, world_size=self.info.world_size,
+            **({"checkpoint": self.resumed_from} if self.resumed else {}),
             corpus=data.corpus.stats.to_dict(), train_windows=int(len(data.train_idx)), dev_windows=int(len(data.dev_idx)),
             vocab_size=len(data.vocab), cutoffs=self.model.head.cutoffs, parameters=sum(p.numel() for p in self.model.parameters()),
             steps_per_epoch=data.steps_per_epoch, unigram_dev_ppl=data.unigram_ppl,
@@ -227,7 +254,7 @@ class _Run:
                 corpus_sha256=self.data.fingerprint, model=self.model, optimizer=self.optimizer,
                 scheduler=self.scheduler, scaler=self.scaler, rng=rng,
             )
-            atomic_save(state, self.out / "checkpoints" / "last.pt")
+            save_keeping_previous(state, self.out / "checkpoints")
             self.log.write(event="checkpoint", step=self.step, reason=reason)
         D.barrier(self.info)
 

@@ -321,7 +321,7 @@ def _truncated_checkpoint(folder: Path) -> Path:
 def test_export_and_resume_from_a_truncated_checkpoint(tmp_path):
     last = _truncated_checkpoint(tmp_path / "run" / "checkpoints")
     result = invoke("export", tmp_path / "run", tmp_path / "exported")
-    bad_input(result, f"the checkpoint {last} is damaged", "truncated", "No earlier checkpoint", "fresh --output")
+    bad_input(result, f"the checkpoint {last} is damaged", "truncated", "No other checkpoint", "fresh --output")
     assert not (tmp_path / "exported").exists()
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("a b c\n" * 20, encoding="utf-8")
@@ -329,7 +329,7 @@ def test_export_and_resume_from_a_truncated_checkpoint(tmp_path):
     bad_input(resumed, f"the checkpoint {last} is damaged")
     torch.save({"format": CHECKPOINT_FORMAT}, last.parent / "step-100.pt")
     result = invoke("export", tmp_path / "run", tmp_path / "exported")
-    bad_input(result, "Use an earlier checkpoint instead (export --checkpoint FILE", "step-100.pt")
+    bad_input(result, "Use another checkpoint instead (export --checkpoint FILE", "step-100.pt")
 
 
 def test_debug_switch_keeps_the_traceback(tmp_path, monkeypatch):

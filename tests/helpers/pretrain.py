@@ -73,3 +73,78 @@ def distributed_worker(rank: int, world_size: int, port: int, tmp: str, corpus: 
 
     trainer.pretrain(config, progress=False, callback=keep)
     torch.save({"seen": seen, "params": kept["params"]}, tmp_path / f"rank{rank}.pt")
+
+
+def backend_threads() -> list:
+    """Names of this process's threads that belong to torch.distributed's
+    gloo backend or its TCP store (Linux: /proc/self/task)."""
+    import os
+
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm", encoding="utf-8") as f:
+                names.append(f.read().strip())
+        except OSError:  # the thread ended meanwhile
+            continue
+    return sorted(n for n in names if n.startswith(("gloo", "pt_gloo", "pt_tcpstore")))
+
+
+def teardown_worker(rank: int, world_size: int, port: int, tmp: str, corpus: str, resume: bool) -> None:
+    """One rank of a gloo run that reports, after ``pretrain`` returns,
+    whether anything still holds the process group or its threads.
+
+    Automatic garbage collection is off: the group must then be freed by
+    reference counting alone when the run ends, whatever the process
+    imported or allocated before (with the collector on, a group held only
+    by a reference cycle is freed or not depending on when the collector
+    last ran)."""
+    import gc
+    import os
+    import weakref
+
+    import torch
+    import torch.distributed as dist
+
+    gc.disable()
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    from spacy_elmo.pretrain import trainer
+
+    seen = {}
+
+    def watch(step, info):
+        seen["group"] = weakref.ref(dist.group.WORLD)
+        seen["threads"] = backend_threads()
+
+    tmp_path = Path(tmp)
+    config = tiny_config(tmp_path, Path(corpus), max_steps=5 if resume else 3, eval_every=2, log_every=1)
+    trainer.pretrain(config, resume=resume, progress=False, callback=watch)
+    report = {
+        "threads_during": seen["threads"], "threads_after": backend_threads(),
+        "group_alive_after": seen["group"]() is not None, "initialized_after": dist.is_initialized(),
+    }
+    tag = "resume" if resume else "fresh"
+    (tmp_path / f"teardown-{tag}-{rank}.json").write_text(json.dumps(report), encoding="utf-8")
+
+
+def held_group_worker(rank: int, ports: list, tmp: str) -> None:
+    """A one-process gloo group torn down by ``distributed.teardown``, once
+    with a reference held to it and once without; writes the warnings."""
+    import logging
+
+    import torch.distributed as dist
+
+    from spacy_elmo.pretrain import distributed as D
+
+    warnings = []
+    handler = logging.Handler()
+    handler.emit = lambda record: warnings.append(record.getMessage())
+    logging.getLogger(D.__name__).addHandler(handler)
+    for hold in (True, False):
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{ports[int(hold)]}", rank=0, world_size=1)
+        held = dist.group.WORLD if hold else None
+        D.teardown(D.DistInfo(rank=0, world_size=2))  # as a rank of a larger run would
+        warnings.append(f"hold={hold}: {len(backend_threads())} threads")
+        del held
+    Path(tmp, "held.json").write_text(json.dumps(warnings), encoding="utf-8")

@@ -195,3 +195,27 @@ def test_unpacking_refuses_escapes_links_and_oversize(tmp_path, monkeypatch):
     with pytest.raises(UnsafeArchiveError, match="unpacks to more than 1,000 bytes"):
         hub_families.safe_unpack(_zip_with(tmp_path, [("big", b"\0" * 5000)]), tmp_path / "t4")
     assert not (tmp_path / "x.txt").exists()
+
+
+def test_zip_downloads_check_the_cache_first(nlpl_server, cache, tmp_path, monkeypatch):
+    """A broken cache entry where a zip unpacks is named with how to clear
+    it, before any request, as for the other downloads."""
+    folder = cache / "nlpl" / "11" / "142"
+    folder.parent.mkdir(parents=True)
+    folder.symlink_to(tmp_path / "gone")
+    with pytest.raises(hub.CacheError, match=f"the cache entry {folder} is a symbolic link to .*gone, which does not exist; remove it \\(rm {folder}\\)"):
+        BiLM.from_pretrained("efml:de", progress=False)
+    folder.unlink()
+    folder.write_bytes(b"a file where the unpacked model goes")
+    with pytest.raises(hub.CacheError, match=f"the cache entry {folder} is not a directory; remove it \\(rm {folder}\\)"):
+        BiLM.from_pretrained("efml:de", progress=False)
+    assert nlpl_server.requests == []
+    folder.unlink()
+    local = tmp_path / "model.zip"
+    zip_dir(EFML / "with_words", local)
+    monkeypatch.setenv(hub.CACHE_ENV, str(local))  # the cache setting names a file
+    with pytest.raises(hub.CacheError, match=f"{hub.CACHE_ENV}={local}: {local} is a file, not a directory"):
+        hub_families.resolve_local_zip(local)
+    with pytest.raises(hub.CacheError, match="is a file, not a directory"):
+        BiLM.from_pretrained("efml:de", progress=False)
+    assert nlpl_server.requests == []

@@ -445,13 +445,15 @@ def test_cuda_mixed_precision_training_learns(tmp_path, precision):
 def test_torchrun_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
     """SIGTERM to the torchrun agent (what a scheduler sends): the workers
     checkpoint and stop; ``--resume`` with 2 processes reaches the weights of
-    an uninterrupted 2-process run exactly."""
+    an uninterrupted 2-process run exactly. Kept small (200 lines, 150
+    steps) so that it can be repeated many times under load (the abort at
+    exit of issue 26 was seen once in several runs)."""
     import subprocess
     import time
 
     import spacy_elmo
 
-    corpus = write_corpus(tmp_path, 400)
+    corpus = write_corpus(tmp_path, 200)
     options = tmp_path / "options.json"
     options.write_text(json.dumps(small_options()), encoding="utf-8")
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -459,7 +461,7 @@ def test_torchrun_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
 
     def command(output, *extra):
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "spacy_elmo",
-                "pretrain", str(corpus), "-o", str(tmp_path / output), "--options", str(options), "--max-steps", "300",
+                "pretrain", str(corpus), "-o", str(tmp_path / output), "--options", str(options), "--max-steps", "150",
                 "--batch-size", "8", "--dropout", "0.2", "--threads", "1", "--no-progress", "--log-every", "10",
                 "--eval-every", "100000", "--checkpoint-every", "100000", *extra]
 
@@ -470,17 +472,17 @@ def test_torchrun_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
     log = tmp_path / "split" / "log.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
-        if log.exists() and any(r.get("event") == "train" and r["step"] >= 50 for r in read_log(log)):
+        if log.exists() and any(r.get("event") == "train" and r["step"] >= 30 for r in read_log(log)):
             break
         time.sleep(0.2)
     _stop_torchrun(proc)
     split_err.close()
     stopped = [r for r in read_log(log) if r["event"] == "stopped"]
-    assert stopped and 50 <= stopped[0]["step"] < 300, (tmp_path / "split.stderr").read_text()[-3000:]
+    assert stopped and 30 <= stopped[0]["step"] < 150, (tmp_path / "split.stderr").read_text()[-3000:]
     resumed = _torchrun(command("split", "--resume"), env, timeout=240)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     full, split = _state(tmp_path / "full"), _state(tmp_path / "split")
-    assert full["step"] == split["step"] == 300
+    assert full["step"] == split["step"] == 150
     for name, value in full["model"].items():
         assert torch.equal(value, split["model"][name]), name
 
