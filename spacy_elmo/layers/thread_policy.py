@@ -42,7 +42,10 @@ ThreadsSetting = Union[str, int]
 def check_threads(threads: ThreadsSetting) -> ThreadsSetting:
     if threads == "auto" or (isinstance(threads, int) and not isinstance(threads, bool) and threads >= 0):
         return threads
-    raise ValueError(f"threads must be \"auto\", 0 (torch's own setting) or a number of threads >= 1, found {threads!r}")
+    raise ValueError(
+        "spacy_elmo.ElmoBiLM.v2's threads ([components.elmo.model] threads) must be \"auto\", 0 (torch's own "
+        f"setting) or a number of threads >= 1, found {threads!r}"
+    )
 
 
 class AdaptiveThreads:
