@@ -1,10 +1,16 @@
 """The elmo biLM's thread policy: the faster setting wins, the caller's
 thread count is restored after every batch, re-checks are rarer the slower
 the other setting was."""
+import numpy
 import pytest
+import spacy
 import torch
+from spacy.tokens import DocBin
 
 from spacy_elmo.layers.thread_policy import AdaptiveThreads, FixedThreads, check_threads
+from spacy_elmo.loading import load_bilm
+
+from tests.helpers.paths import FIXTURES
 
 
 @pytest.fixture
@@ -63,3 +69,20 @@ def test_fixed_threads_and_the_setting_is_checked(two_threads):
     for bad in ("fast", -1, 1.5, True):
         with pytest.raises(ValueError, match="threads"):
             check_threads(bad)
+
+
+def test_outputs_do_not_depend_on_the_thread_count(two_threads):
+    """``threads = "auto"`` switches between one thread and the caller's count
+    by timing, so the outputs must not depend on the thread count: the shipped
+    biLM on real sentences, one thread against two, bit for bit."""
+    vocab = spacy.blank("en").vocab
+    docs = DocBin().from_disk(FIXTURES / "training_sample" / "brown_train.spacy").get_docs(vocab)
+    sentences = [[t.text for t in doc] for doc in docs][:48]
+    bilm = load_bilm()
+    torch.set_num_threads(1)
+    one = bilm.embed_sentences(sentences, batch_size=48)
+    torch.set_num_threads(2)
+    two = bilm.embed_sentences(sentences, batch_size=48)
+    assert len(one) == len(sentences)
+    for a, b in zip(one, two):
+        numpy.testing.assert_array_equal(a, b)
