@@ -1,0 +1,97 @@
+"""The English biLM campaign's learning curve: held-out perplexity against
+tokens seen, for one or more ``pretrain`` runs, with reference points (the
+shipped models) and the targets drawn in.
+
+    python scripts/campaign_curve.py RUN [RUN ...] --point "v1 (shipped):20557643:189.3" \
+        --line "ship (-5%):179.8" --line "target:120" --plot ../docs/img/campaign_curve.png
+
+Prints a Markdown table of every evaluation (tokens, held-out perplexity,
+and the change per doubling of tokens between successive evaluations: the
+slope that says whether more tokens still help) and, with ``--plot``, draws
+the curves on log-log axes. Tokens are read from the runs' ``log.jsonl`` as
+``pilot_table.py`` reads them.
+"""
+import math
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+import typer
+
+from pilot_table import eval_curve
+
+
+def parse_point(text: str) -> Tuple[str, float, float]:
+    try:
+        label, tokens, ppl = text.rsplit(":", 2)
+        return label, float(tokens), float(ppl)
+    except ValueError:
+        raise typer.BadParameter(f"--point {text!r}: give LABEL:TOKENS:PERPLEXITY") from None
+
+
+def parse_line(text: str) -> Tuple[str, float]:
+    try:
+        label, ppl = text.rsplit(":", 1)
+        return label, float(ppl)
+    except ValueError:
+        raise typer.BadParameter(f"--line {text!r}: give LABEL:PERPLEXITY") from None
+
+
+def per_doubling(curve: List[Tuple[int, float]]) -> List[Optional[float]]:
+    """Relative change of perplexity per doubling of tokens between each
+    evaluation and the one before it (None for the first)."""
+    out: List[Optional[float]] = [None]
+    for (t0, p0), (t1, p1) in zip(curve, curve[1:]):
+        doublings = math.log2(t1 / t0) if t1 > t0 else 0.0
+        out.append(None if doublings <= 0 else (p1 / p0) ** (1 / doublings) - 1)
+    return out
+
+
+def main(
+    runs: List[Path] = typer.Argument(..., help="pretrain output directories"),
+    point: List[str] = typer.Option([], help="a reference point LABEL:TOKENS:PERPLEXITY (repeatable)"),
+    line: List[str] = typer.Option([], help="a horizontal line LABEL:PERPLEXITY (repeatable)"),
+    plot: Optional[Path] = typer.Option(None, help="write the plot here (PNG)"),
+) -> None:
+    points = [parse_point(p) for p in point]
+    lines = [parse_line(h) for h in line]
+    curves = {}
+    for run in runs:
+        if not (run / "log.jsonl").is_file():
+            raise typer.BadParameter(f"{run}: no log.jsonl (give a pretrain output directory)")
+        curves[run.name] = eval_curve(run)
+    for name, curve in curves.items():
+        print(f"{name}:\n\n| tokens seen | held-out ppl | change per doubling |\n|---|---|---|")
+        for (tokens, ppl), slope in zip(curve, per_doubling(curve)):
+            print(f"| {tokens / 1e6:.2f}M | {ppl:.1f} | {'' if slope is None else f'{100 * slope:+.1f}%'} |")
+        print()
+    if plot is None:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for name, curve in curves.items():
+        if curve:
+            ax.plot([t for t, _ in curve], [p for _, p in curve], marker=".", label=name)
+    for label, tokens, ppl in points:
+        ax.scatter([tokens], [ppl], marker="*", s=90, zorder=3, label=label)
+    for label, ppl in lines:
+        ax.axhline(ppl, linestyle="--", linewidth=0.8, color="grey")
+        ax.annotate(label, (0.01, ppl), xycoords=("axes fraction", "data"), ha="left", va="bottom", fontsize=8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("tokens seen")
+    ax.set_ylabel("held-out perplexity (213,295 tokens)")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", linewidth=0.3)
+    fig.tight_layout()
+    plot.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(plot, dpi=110)
+    plt.close(fig)
+    print(f"wrote {plot.name}")
+
+
+if __name__ == "__main__":
+    typer.run(main)

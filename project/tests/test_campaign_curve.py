@@ -1,0 +1,49 @@
+"""campaign_curve.py: the table of evaluations (tokens scaled to the
+evaluation's step, change per doubling of tokens), the plot, bad arguments."""
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import campaign_curve
+
+
+def write_run(folder, records):
+    folder.mkdir()
+    (folder / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return folder
+
+
+def test_table_and_plot(tmp_path):
+    run = write_run(tmp_path / "en2", [
+        {"event": "train", "step": 100, "tokens_seen": 1_000_000},
+        {"event": "eval", "step": 100, "dev_ppl": 400.0},
+        {"event": "train", "step": 200, "tokens_seen": 2_000_000},
+        {"event": "eval", "step": 200, "dev_ppl": 300.0},
+    ])
+    app = typer.Typer()
+    app.command()(campaign_curve.main)
+    out = tmp_path / "img" / "curve.png"
+    result = CliRunner().invoke(app, [str(run), "--point", "v1:20557643:189.3", "--line", "target:120", "--plot", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "| 1.00M | 400.0 |  |" in result.output
+    # 400 -> 300 over one doubling of tokens: -25.0%
+    assert "| 2.00M | 300.0 | -25.0% |" in result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_per_doubling_over_two_doublings():
+    slopes = campaign_curve.per_doubling([(1_000, 400.0), (4_000, 100.0)])
+    assert slopes[0] is None
+    assert slopes[1] == pytest.approx(-0.5)
+
+
+def test_bad_arguments_are_named(tmp_path):
+    with pytest.raises(typer.BadParameter, match="LABEL:TOKENS:PERPLEXITY"):
+        campaign_curve.parse_point("shipped:189.3")
+    app = typer.Typer()
+    app.command()(campaign_curve.main)
+    result = CliRunner().invoke(app, [str(tmp_path)])
+    assert result.exit_code != 0
+    assert "no log.jsonl" in result.output
