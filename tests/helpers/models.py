@@ -86,3 +86,20 @@ def ner_config(tok2vec: dict) -> dict:
             "tok2vec": tok2vec,
         }
     }
+
+
+def train(nlp, examples, steps, learn_rate, **update_kwargs):
+    """``steps`` updates of ``nlp`` on ``examples``; returns each step's losses.
+    Seeds python, numpy and torch first: initialisation must not depend on
+    which tests ran before."""
+    from spacy.util import fix_random_seed
+
+    fix_random_seed(0)
+    optimizer = nlp.initialize(get_examples=lambda: examples)
+    optimizer.learn_rate = learn_rate
+    history = []
+    for _ in range(steps):
+        losses = {}
+        nlp.update(examples, sgd=optimizer, losses=losses, **update_kwargs)
+        history.append(losses)
+    return history

@@ -3,11 +3,11 @@ import numpy
 import pytest
 import spacy
 from spacy.training import Example
-from spacy.util import fix_random_seed, registry
+from spacy.util import registry
 
 from spacy_elmo import add_elmo, mix_weights
 
-from tests.helpers.models import CAT_DATA, NER_DATA, TAG_DATA, ner_config, random_model, tagger_config
+from tests.helpers.models import CAT_DATA, NER_DATA, TAG_DATA, ner_config, random_model, tagger_config, train as train_steps
 
 
 
@@ -55,16 +55,8 @@ def component_config(name, t2v):
 DATA = {"tagger": TAG_DATA, "ner": NER_DATA, "textcat": CAT_DATA}
 
 
-def train(nlp, examples, steps, learn_rate=0.01):
-    fix_random_seed(0)
-    optimizer = nlp.initialize(get_examples=lambda: examples)
-    optimizer.learn_rate = learn_rate
-    history = []
-    for _ in range(steps):
-        losses = {}
-        nlp.update(examples, sgd=optimizer, losses=losses)
-        history.append(losses)
-    return history
+def train(nlp, examples, steps, **update_kwargs):
+    return train_steps(nlp, examples, steps, learn_rate=0.01, **update_kwargs)
 
 
 def test_registered():

@@ -8,12 +8,11 @@ import spacy
 import torch
 from spacy.tokens import DocBin
 from spacy.training import Example
-from spacy.util import fix_random_seed
 
 from spacy_elmo import add_elmo, mix_weights
 from spacy_elmo.layers.scalar_mix import ScalarMix
 
-from tests.helpers.models import CAT_DATA, NER_DATA, TAG_DATA, ner_config, random_model, tagger_config
+from tests.helpers.models import CAT_DATA, NER_DATA, TAG_DATA, ner_config, random_model, tagger_config, train as train_steps
 from tests.helpers.paths import CONFIGS
 
 
@@ -55,18 +54,8 @@ def make_examples(nlp, data):
     return [Example.from_dict(nlp.make_doc(text), annotations) for text, annotations in data]
 
 
-def train(nlp, examples, steps, learn_rate=0.02, **update_kwargs):
-    # Seeds python, numpy and torch: initialisation must not depend on
-    # which tests ran before.
-    fix_random_seed(0)
-    optimizer = nlp.initialize(get_examples=lambda: examples)
-    optimizer.learn_rate = learn_rate
-    history = []
-    for _ in range(steps):
-        losses = {}
-        nlp.update(examples, sgd=optimizer, losses=losses, **update_kwargs)
-        history.append(losses)
-    return history
+def train(nlp, examples, steps, **update_kwargs):
+    return train_steps(nlp, examples, steps, learn_rate=0.02, **update_kwargs)
 
 
 @pytest.mark.parametrize("name", sorted(COMPONENTS))
