@@ -54,8 +54,17 @@ the source) must be the pinned one, or the build stops. The rule
 built from 3.11.2-6+deb12u9 (security pocket), and the main pocket's
 3.11.2-6+deb12u8 differs in 4 documentation files, which changes 8 lines of
 ``train/python_doc.txt`` and adds 1 line (18 words) to the held-out slice
-(measured: a build from it stops at the check). Only deb12u9 is listed; when
-the archive drops it, keep its .deb (sha256 pinned below) in ``--assets``.
+(measured: a build from it stops at the check). So that the build keeps
+working once the archive has dropped deb12u9, python_doc's part of the slice
+is committed (``pins/heldout_python_doc.txt``, 484 lines, PSF licence,
+checked against its pinned sha256): with the default sources and share, the
+held-out lines of a pinned source are the pin's, in the pin's order, and a
+fetched line goes to ``train/`` only if the hash rule does not hold it out,
+so with deb12u9 the output is the same byte for byte, and with another
+version the slice is still today's while the few lines that changed (held
+out by the hash rule but not in the pin) go nowhere; ``stats.json`` counts
+them (``pin_dropped``) and the pin's lines the package no longer has
+(``pin_missing``).
 """
 import gzip
 import hashlib
@@ -121,6 +130,11 @@ HELDOUT_SOURCE_SHA256 = {
     "wordnet": "7f9d1c3f6588250c88ec9e022d89521b1e8fc7f1bdac165ee7f76753a1ce2024",
     "python_doc": "44690471800d36eefe7085455852e8b6fec183f0eb9ab236debc14ca2c0af0fb",
 }
+
+#: Sources whose part of the held-out slice is committed (see the module docstring): the
+#: Debian archive drops the version the slice was built from when a newer one supersedes it.
+PINNED_HELDOUT: Dict[str, Path] = {"python_doc": Path(__file__).resolve().parent.parent / "pins"
+                                   / "heldout_python_doc.txt"}
 
 HELDOUT_PER_MILLE = 12
 MIN_WORDS = 3
@@ -600,12 +614,26 @@ def is_heldout(line: str, per_mille: int = HELDOUT_PER_MILLE) -> bool:
     return value < per_mille * (2 ** 64) // 1000
 
 
+def read_pin(name: str) -> List[str]:
+    """A source's committed held-out lines, checked against their pinned sha256."""
+    path = PINNED_HELDOUT[name]
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != HELDOUT_SOURCE_SHA256[name]:
+        raise SystemExit(f"{path}: not the pinned held-out lines of {name} (sha256 differs from "
+                         f"HELDOUT_SOURCE_SHA256[{name!r}]); restore it from git")
+    return data.decode("utf-8").splitlines()
+
+
 def write_source(name: str, lines: Iterable[str], out_path: Path, seen: set, per_mille: int,
-                 heldout: List[str]) -> Dict[str, int]:
+                 heldout: List[str], pin: Optional[List[str]] = None) -> Dict[str, int]:
     """Clean one source's lines into ``out_path`` (train) and ``heldout``; ``seen``: the
-    sha1 of every line kept so far (the exact-duplicate filter across sources)."""
+    sha1 of every line kept so far (the exact-duplicate filter across sources). ``pin``: the
+    source's committed held-out lines, which then replace the ones the hash rule selects
+    (see the module docstring)."""
     counts = {"train_lines": 0, "train_words": 0, "heldout_lines": 0, "heldout_words": 0, "duplicates": 0}
-    held_digest = hashlib.sha256()
+    pinned = set(pin or ())
+    found: set = set()
+    selected: List[str] = []
     with out_path.open("w", encoding="utf-8") as out:
         for raw in lines:
             for line in split_long(normalise(raw)):
@@ -616,17 +644,26 @@ def write_source(name: str, lines: Iterable[str], out_path: Path, seen: set, per
                     counts["duplicates"] += 1
                     continue
                 seen.add(key)
-                n = len(line.split())
                 if is_heldout(line, per_mille):
-                    heldout.append(line)
-                    held_digest.update((line + "\n").encode("utf-8"))
-                    counts["heldout_lines"] += 1
-                    counts["heldout_words"] += n
+                    if pin is None:
+                        selected.append(line)
+                    elif line in pinned:
+                        found.add(line)
+                    else:
+                        counts["pin_dropped"] = counts.get("pin_dropped", 0) + 1
                 else:
                     out.write(line + "\n")
                     counts["train_lines"] += 1
-                    counts["train_words"] += n
-    counts["heldout_sha256"] = held_digest.hexdigest()
+                    counts["train_words"] += len(line.split())
+    if pin is not None:
+        selected = pin
+        counts["pin_missing"] = len(pinned - found)
+        counts.setdefault("pin_dropped", 0)
+        seen.update(hashlib.sha1(line.encode("utf-8")).digest() for line in pinned - found)
+    heldout.extend(selected)
+    counts["heldout_lines"] = len(selected)
+    counts["heldout_words"] = sum(len(line.split()) for line in selected)
+    counts["heldout_sha256"] = hashlib.sha256("".join(line + "\n" for line in selected).encode("utf-8")).hexdigest()
     return counts
 
 
@@ -669,14 +706,20 @@ def main(
     if extra:
         stats["extra_sources"] = {}
         parts += [(name, EXTRA_SOURCES[name], heldout_new, stats["extra_sources"]) for name in extra]
+    pins_apply = names == list(SOURCES) and heldout_per_mille == HELDOUT_PER_MILLE  # the pinned slice
     for name, source, held, table in parts:
         t0 = time.time()
+        pin = read_pin(name) if pins_apply and name in PINNED_HELDOUT and held is heldout else None
         counts = write_source(name, source(assets), output_dir / "train" / f"{name}.txt", seen,
-                              heldout_per_mille, held)
+                              heldout_per_mille, held, pin)
         table[name] = counts
         typer.echo(f"{name}: train {counts['train_lines']} lines {counts['train_words']} words; held-out "
                    f"{counts['heldout_lines']} lines {counts['heldout_words']} words; "
                    f"{counts['duplicates']} duplicates dropped ({time.time() - t0:.0f}s)")
+        if pin is not None and (counts["pin_dropped"] or counts["pin_missing"]):
+            typer.echo(f"{name}: held-out lines from {PINNED_HELDOUT[name].name} (the package's text changed): "
+                       f"{counts['pin_missing']} pinned lines not in it, {counts['pin_dropped']} new held-out "
+                       "lines left out of both parts")
     outputs = [output_dir / "heldout.txt"]
     (output_dir / "heldout.txt").write_text("".join(line + "\n" for line in heldout), encoding="utf-8")
     stats["total"] = _totals(stats["sources"])

@@ -12,7 +12,11 @@ archive changes under a pinned version:
 * The package lists: on a fresh machine ``apt-get download`` knows no
   package until ``apt-get update`` has run. When ``apt-cache madison NAME``
   lists no version, :func:`fetch_deb` runs ``apt-get update`` itself (as
-  root), or stops and says to run it (not root).
+  root), or stops and says to run it (not root). Lists from an older day
+  can know the package but not the pinned version (a machine image made
+  before the security update that the corpus was built from): when none of
+  the pinned versions is listed, it runs ``apt-get update`` once more (as
+  root) before falling back.
 * Versions: a version in the ``-security`` pocket disappears when it is
   superseded, and one in the main pocket at the next point release. A source
   therefore pins a list of known ``(version, sha256)`` pairs, tried in the
@@ -110,8 +114,12 @@ def apt_versions(name: str) -> List[str]:
     return [row.split("|")[1].strip() for row in proc.stdout.splitlines() if row.count("|") >= 2]
 
 
+def _can_update() -> bool:
+    return not hasattr(os, "geteuid") or os.geteuid() == 0
+
+
 def apt_update() -> None:
-    if hasattr(os, "geteuid") and os.geteuid() != 0:
+    if not _can_update():
         raise FetchError("the package lists are empty (a fresh machine): run `sudo apt-get update`, then rerun")
     proc = _run(["apt-get", "update"])
     if proc.returncode != 0:
@@ -134,6 +142,10 @@ def fetch_deb(name: str, known: Sequence[Tuple[str, str]], assets: Path) -> DebF
     if not available:
         raise FetchError(f"apt knows no package {name!r}, even after `apt-get update`: this needs a Debian 12 "
                          "(bookworm) machine with its main and security pockets in the sources")
+    if not any(version in available for version, _ in known) and _can_update():
+        # Lists from an older day: the pinned version may have entered the archive since.
+        apt_update()
+        available = apt_versions(name) or available
     for version, sha256 in known:
         if version in available:
             return DebFile(check_sha256(_apt_download(name, version, assets), sha256), version, True)

@@ -197,3 +197,48 @@ def test_unknown_sources_are_refused(tmp_path):
         fpt.main(tmp_path / "o", tmp_path / "a", "sotu,linux_doc", "", 12)
     with pytest.raises(typer.BadParameter, match="--extra-sources"):
         fpt.main(tmp_path / "o", tmp_path / "a", "sotu", "wiki", 12)
+
+
+def test_the_committed_python_doc_pin_is_the_slices_part():
+    lines = fpt.read_pin("python_doc")
+    assert len(lines) == 484 and all(fpt.is_heldout(line) for line in lines)
+
+
+def test_a_pin_keeps_the_slice_when_the_package_text_changes(tmp_path, monkeypatch):
+    """A source's held-out part comes from its pin: the same bytes from the pinned text, and
+    still the same slice from a changed text (a held-out line gone, a new one that the hash
+    rule holds out); train/ gets only lines the hash rule does not hold out."""
+    import json
+
+    old = [f"Line {i} of the pinned source, a real sentence." for i in range(400)]
+    held = [line for line in old if fpt.is_heldout(line)]
+    new_held = next(f"A changed line {i} of the pinned source." for i in range(10000)
+                    if fpt.is_heldout(f"A changed line {i} of the pinned source."))
+    new = [line for line in old if line != held[0]] + [new_held, "A new training line, plain prose here."]
+    text = {"p": old}
+    checked = _fake_sources(monkeypatch, extra=False)
+    monkeypatch.setattr(fpt, "SOURCES", dict(fpt.SOURCES, p=lambda assets: text["p"]))
+    plain = _build(tmp_path, "plain")  # no pin: the hash rule alone
+    pin = tmp_path / "pin.txt"
+    pin.write_text("".join(line + "\n" for line in held), encoding="utf-8")
+    monkeypatch.setattr(fpt, "PINNED_HELDOUT", {"p": pin})
+    monkeypatch.setattr(fpt, "HELDOUT_SOURCE_SHA256", {"p": fpt.sha256_of(pin)})
+    same = _build(tmp_path, "same")
+    for path in ("heldout.txt", "train/a.txt", "train/b.txt", "train/p.txt"):
+        assert (plain / path).read_bytes() == (same / path).read_bytes(), path
+    text["p"] = new
+    changed = _build(tmp_path, "changed")
+    assert (changed / "heldout.txt").read_bytes() == (plain / "heldout.txt").read_bytes()
+    train = (changed / "train/p.txt").read_text().splitlines()
+    assert new_held not in train and held[0] not in train and "A new training line, plain prose here." in train
+    stats = json.loads((changed / "stats.json").read_text())["sources"]["p"]
+    assert (stats["pin_missing"], stats["pin_dropped"], stats["heldout_lines"]) == (1, 1, len(held))
+    assert len(checked) == 3
+    # Another share is another slice by design: the pin is not used.
+    other = tmp_path / "other"
+    fpt.main(other, tmp_path / "assets", ",".join(fpt.SOURCES), "", 5)
+    assert "pin_missing" not in json.loads((other / "stats.json").read_text())["sources"]["p"]
+    # An edited pin is refused.
+    pin.write_text("An edited line.\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="not the pinned held-out lines of p"):
+        _build(tmp_path, "edited")

@@ -95,3 +95,21 @@ def test_a_pinned_deb_with_another_sha256_stops(tmp_path, monkeypatch):
 
 def test_epoch_in_the_file_name():
     assert registry_fetch.deb_filename("wordnet-base", "1:3.0-37") == "wordnet-base_1%3a3.0-37_all.deb"
+
+
+def test_deb_refreshes_stale_lists_before_falling_back(tmp_path, monkeypatch):
+    """Lists made before the pinned security update know only the older main-pocket version."""
+    archive_now = {"2+deb12u9": b"security", "2+deb12u8": b"main"}
+
+    class StaleApt(FakeApt):
+        def __call__(self, cmd, cwd=None):
+            if cmd[:2] == ["apt-get", "update"]:
+                self.archive = archive_now
+            return super().__call__(cmd, cwd)
+
+    apt = StaleApt({"2+deb12u8": b"main"})
+    monkeypatch.setattr(registry_fetch, "_run", apt)
+    monkeypatch.setattr(registry_fetch.os, "geteuid", lambda: 0)
+    deb = fetch_deb("pkg", [("2+deb12u9", _sha(b"security"))], tmp_path)
+    assert (deb.version, deb.pinned, deb.path.read_bytes()) == ("2+deb12u9", True, b"security")
+    assert apt.calls.count(["apt-get", "update"]) == 1
