@@ -78,7 +78,7 @@ DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
         "weights": None,
         "options": None,
         "vector_hooks": True,
-        "buffer_tokens": 4096,
+        "buffer_tokens": 16384,
     },
     default_score_weights={},
 )
@@ -93,7 +93,7 @@ def make_elmo(
     weights: Optional[str] = None,
     options: Optional[str] = None,
     vector_hooks: bool = True,
-    buffer_tokens: int = 4096,
+    buffer_tokens: int = 16384,
 ) -> "Elmo":
     """ELMo activations on ``Doc._.elmo``.
 
@@ -145,7 +145,7 @@ class Elmo(ListenerHost, TrainablePipe):
         weights: Optional[Union[str, Path]] = None,
         options: Optional[Union[str, Path]] = None,
         vector_hooks: bool = True,
-        buffer_tokens: int = 4096,
+        buffer_tokens: int = 16384,
     ) -> None:
         if isinstance(buffer_tokens, bool) or not isinstance(buffer_tokens, int) or buffer_tokens < 0:
             raise ValueError(f"the elmo component's buffer_tokens must be an integer >= 0 (0: off), found {buffer_tokens!r}")
@@ -233,8 +233,11 @@ class Elmo(ListenerHost, TrainablePipe):
         span_plan.token_buffers`; 0: spaCy's batches), their sentences sorted by
         length together; the groups depend only on the stream, so outputs do
         not depend on ``batch_size``. Memory: a group's docs and layers,
-        ``buffer_tokens`` (+ its last doc) x (L+1) x dim x 4 bytes (the shipped
-        biLM: 6 MiB at the default 4,096; AllenNLP's original: 48 MiB)."""
+        ``buffer_tokens`` (+ its last doc) x (L+1) x dim x 4 bytes (at the
+        default 16,384: 24 MiB for the shipped biLM, 192 MiB for AllenNLP's
+        original), plus one biLM batch. The default is the smallest of a
+        sweep that keeps the component within a few per cent of the biLM's
+        one-call speed (docs/speed.md)."""
         error_handler = self.get_error_handler()
         groups = token_buffers(stream, self.buffer_tokens) if self.buffer_tokens else minibatch(stream, size=batch_size)
         for docs in groups:
