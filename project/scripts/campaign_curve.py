@@ -10,7 +10,14 @@ and the change per doubling of tokens between successive evaluations: the
 slope that says whether more tokens still help) and, with ``--plot``, draws
 the curves on log-log axes. Tokens are read from the runs' ``log.jsonl`` as
 ``pilot_table.py`` reads them.
+
+A run that continued a committed snapshot (``pretrain --init DIR`` where
+``DIR`` holds ``campaign_snapshot.py``'s ``snapshot.json`` and ``log.jsonl``)
+counts its tokens from 0; its curve is drawn after the snapshot's, its
+tokens shifted by the snapshot's ``tokens_seen``, so that one campaign is
+one curve across machines.
 """
+import json
 import math
 from pathlib import Path
 from typing import List, Optional, Tuple
@@ -36,6 +43,22 @@ def parse_line(text: str) -> Tuple[str, float]:
         raise typer.BadParameter(f"--line {text!r}: give LABEL:PERPLEXITY") from None
 
 
+def chained_curve(run: Path) -> List[Tuple[int, float]]:
+    """The run's evaluations, after those of the snapshot it was started
+    from with ``--init`` (when that directory holds a snapshot), its tokens
+    shifted by the snapshot's; a run that did not start from a snapshot:
+    its own curve."""
+    curve = eval_curve(run)
+    config = run / "config.json"
+    init = json.loads(config.read_text(encoding="utf-8")).get("init") if config.is_file() else None
+    snapshot = Path(init) / "snapshot.json" if init else None
+    if snapshot is None or not snapshot.is_file() or not (snapshot.parent / "log.jsonl").is_file():
+        return curve
+    offset = int(json.loads(snapshot.read_text(encoding="utf-8"))["tokens_seen"])
+    before = [(t, p) for t, p in chained_curve(snapshot.parent) if t <= offset]
+    return before + [(t + offset, p) for t, p in curve]
+
+
 def per_doubling(curve: List[Tuple[int, float]]) -> List[Optional[float]]:
     """Relative change of perplexity per doubling of tokens between each
     evaluation and the one before it (None for the first)."""
@@ -58,7 +81,7 @@ def main(
     for run in runs:
         if not (run / "log.jsonl").is_file():
             raise typer.BadParameter(f"{run}: no log.jsonl (give a pretrain output directory)")
-        curves[run.name] = eval_curve(run)
+        curves[run.name] = chained_curve(run)
     for name, curve in curves.items():
         print(f"{name}:\n\n| tokens seen | held-out ppl | change per doubling |\n|---|---|---|")
         for (tokens, ppl), slope in zip(curve, per_doubling(curve)):

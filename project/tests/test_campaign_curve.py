@@ -47,3 +47,20 @@ def test_bad_arguments_are_named(tmp_path):
     result = CliRunner().invoke(app, [str(tmp_path)])
     assert result.exit_code != 0
     assert "no log.jsonl" in result.output
+
+
+def test_a_run_continued_from_a_snapshot_is_drawn_after_it(tmp_path):
+    snap = write_run(tmp_path / "snapshot", [
+        {"event": "train", "step": 100, "tokens_seen": 1_000_000},
+        {"event": "eval", "step": 100, "dev_ppl": 400.0},
+    ])
+    (snap / "snapshot.json").write_text(json.dumps({"step": 100, "tokens_seen": 1_000_000}), encoding="utf-8")
+    run = write_run(tmp_path / "continued", [
+        {"event": "train", "step": 50, "tokens_seen": 500_000},
+        {"event": "eval", "step": 50, "dev_ppl": 350.0},
+    ])
+    (run / "config.json").write_text(json.dumps({"init": str(snap)}), encoding="utf-8")
+    assert campaign_curve.chained_curve(run) == [(1_000_000, 400.0), (1_500_000, 350.0)]
+    # --init from a plain export (no snapshot.json): the run's own curve.
+    (snap / "snapshot.json").unlink()
+    assert campaign_curve.chained_curve(run) == [(500_000, 350.0)]
