@@ -2,7 +2,10 @@
 with its model card.
 
     python scripts/ship_model.py RUN_DIR ../spacy_elmo/models/english \
-        --corpus-stats corpus/pretrain/stats.json --command "..."
+        --corpus-stats corpus/pretrain/stats.json --command "..." --date YYYY-MM-DD \
+        [--senses senses.json] [--downstream reports/summary.json]
+    python scripts/ship_model.py --update-card ../spacy_elmo/models/english \
+        --corpus-stats corpus/pretrain/stats.json --senses senses.json --downstream reports/summary.json
 
 Copies the run's export (``weights.hdf5``, ``options.json``, ``vocab.txt``,
 ``softmax.hdf5``: the last two let ``pretrain --init`` continue the model) and
@@ -11,6 +14,22 @@ wall time, held-out perplexities against the unigram baseline, the machine.
 A model replaces the shipped one only if its held-out perplexity (geometric
 mean of the two directions) is lower, unless ``--force``; every shipped
 version is kept as a row of ``history.jsonl`` and of the card's history.
+
+What a version does, not only how well it predicts text, goes on the card
+too, from two files made with the shipped weights:
+
+* ``--senses FILE``: ``benchmarks/senses_baseline.py --json FILE`` (word-sense
+  accuracy per layer against random-weights biLMs of the same shape); its
+  ``weights_sha256`` must be the shipped ``weights.hdf5``'s, or it is refused.
+* ``--downstream FILE``: the project's ``reports/summary.json`` after the
+  headline grid was run with these weights (test scores of spaCy's tok2vec
+  and of ELMo, ``ElmoTok2Vec``, per task and training fraction).
+
+Downstream figures come after shipping (the grid needs the shipped model),
+so ``--update-card`` adds them, and the senses, to the current version's
+history record and rewrites the card, without changing the weights. The
+training command and note are kept in the record; ``--command``/``--note``
+replace them.
 """
 import argparse
 import json
@@ -74,6 +93,104 @@ def machine() -> str:
     return f"{model or platform.machine()}, {os.cpu_count()} cores ({isa}), torch {torch.__version__}"
 
 
+#: The card's downstream rows: (label, task, training fraction, measure) in reports/summary.json.
+DOWNSTREAM_ROWS = (
+    ("POS (Brown), 1% of train", "pos", "1.0", "accuracy"),
+    ("POS (Brown), 100%", "pos", "100.0", "accuracy"),
+    ("NER (WNUT-2016), 100%", "ner", "100.0", "F1"),
+    ("sentiment (rt-polarity), 100%", "sentiment", "100.0", "macro-F"),
+)
+
+
+def sha256_of(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with path.open("rb") as fin:
+        for block in iter(lambda: fin.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def senses_record(path: Path, weights: Path) -> dict:
+    """Per layer and method: the model's accuracy and the random-weights biLMs' mean and sd."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if data.get("weights_sha256") != sha256_of(weights):
+        raise SystemExit(f"--senses {path.name}: measured on weights with sha256 {data.get('weights_sha256')}, not "
+                         f"the shipped {weights}: rerun benchmarks/senses_baseline.py --json on the shipped model")
+    layers: dict = {}
+    for method, by_layer in data["model"].items():
+        for layer, accuracy in by_layer.items():
+            rnd = data["random"][method][layer]
+            layers.setdefault(layer, {})[method] = {"model": accuracy, "random_mean": rnd["mean"], "random_sd": rnd["sd"]}
+    return {"data": data.get("data", ""), "seeds": data.get("seeds"), "layers": layers}
+
+
+def downstream_record(path: Path) -> dict:
+    """Test scores (mean, sd, seeds) of tok2vec (``baseline``) and ELMo (``elmo_tok2vec``) per row."""
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    rows = {}
+    for label, task, fraction, measure in DOWNSTREAM_ROWS:
+        cells = {system: summary.get(task, {}).get(system, {}).get(fraction) for system in ("baseline", "elmo_tok2vec")}
+        if all(cells.values()):
+            rows[label] = {"measure": measure, **{
+                system: {"mean": cell["test"][0], "sd": cell["test"][1], "n": cell["n"]} for system, cell in cells.items()}}
+    if not rows:
+        raise SystemExit(f"--downstream {path.name}: no task with both tok2vec (baseline) and ELMo (elmo_tok2vec) scores")
+    return rows
+
+
+def best_contextual(senses: dict) -> tuple:
+    """(layer, method, model, random mean) of the best contextual layer (1..L or the mix)."""
+    best = None
+    for layer, methods in senses["layers"].items():
+        if layer == "0":
+            continue
+        for method, cell in methods.items():
+            if best is None or cell["model"] > best[2]:
+                best = (layer, method, cell["model"], cell["random_mean"])
+    return best
+
+
+def senses_text(senses: dict) -> str:
+    if not senses:
+        return "Not measured for this version."
+    methods = sorted({m for cells in senses["layers"].values() for m in cells})
+    head = "| layer | " + " | ".join(f"{m}: model | {m}: random (mean ± sd)" for m in methods) + " |"
+    rule = "|---|" + "---|---|" * len(methods)
+    body = "\n".join(
+        f"| {layer} | " + " | ".join(
+            f"{100 * cells[m]['model']:.1f} | {100 * cells[m]['random_mean']:.1f} ± {100 * cells[m]['random_sd']:.1f}"
+            for m in methods) + " |"
+        for layer, cells in sorted(senses["layers"].items(), key=lambda kv: (kv[0] == "mix", kv[0])))
+    seeds = f"{senses['seeds']} random-weights biLMs of the same shape" if senses.get("seeds") else "random-weights biLMs of the same shape"
+    return (f"Word-sense accuracy (%) on {senses.get('data') or 'the packaged sense set'}, leave-one-frame-out "
+            f"(chance 50), against {seeds} (`python benchmarks/senses_baseline.py --json FILE`):\n\n"
+            f"{head}\n{rule}\n{body}")
+
+
+def downstream_text(downstream: dict) -> str:
+    if not downstream:
+        return "Not measured for this version yet (the project's headline grid runs after a version ships)."
+    body = "\n".join(
+        f"| {label} | {row['measure']} | {100 * row['baseline']['mean']:.1f} ± {100 * row['baseline']['sd']:.1f} "
+        f"({row['baseline']['n']}) | {100 * row['elmo_tok2vec']['mean']:.1f} ± {100 * row['elmo_tok2vec']['sd']:.1f} "
+        f"({row['elmo_tok2vec']['n']}) |"
+        for label, row in downstream.items())
+    return ("Test scores of the project's headline grid with this version (`project/`, `python -m weasel run "
+            "headline`: the same data, budget and seeds for both; mean ± sd (seeds)):\n\n"
+            "| task | measure | spaCy tok2vec | ELMo (`ElmoTok2Vec`) |\n|---|---|---|---|\n" + body)
+
+
+def history_extra(h: dict) -> str:
+    senses = h.get("senses")
+    best = best_contextual(senses) if senses else None
+    sense_cell = f"{100 * best[2]:.1f} vs {100 * best[3]:.1f}" if best else "–"
+    pos = (h.get("downstream") or {}).get(DOWNSTREAM_ROWS[0][0])
+    pos_cell = f"{100 * pos['elmo_tok2vec']['mean']:.1f} vs {100 * pos['baseline']['mean']:.1f}" if pos else "–"
+    return f" {sense_cell} | {pos_cell} |"
+
+
 def write_card(target: Path, history: list, stats: dict, command: str, note: str = "") -> None:
     current = history[-1]
     cfg = current["config"]
@@ -85,14 +202,20 @@ def write_card(target: Path, history: list, stats: dict, command: str, note: str
         stages_text = " in stages: " + ", then ".join(parts) + ", then the rest continued from that export (`--init`)"
     rows = "\n".join(
         f"| {h['shipped']} | {h['step']:,} | {h['tokens_seen'] / 1e6:.1f}M | {h['train_hours']:.1f} h | "
+        f"{h['parameters'] / 1e6:.1f}M | "
         f"{h['dev_ppl_forward']:.1f} | {h['dev_ppl_backward']:.1f} | {h['dev_ppl']:.1f} | {h['unigram_dev_ppl']:.0f} |"
+        + history_extra(h)
         for h in history
     )
+    corpus = current.get("corpus") or stats["sources"]
     sources = "\n".join(
-        f"| {name} | {s['train_words']:,} | {s['heldout_words']:,} |" for name, s in stats["sources"].items()
+        f"| {name} | {s['train_words']:,} | {s['heldout_words']:,} |" for name, s in corpus.items()
     )
-    total_train = sum(s["train_words"] for s in stats["sources"].values())
-    total_held = sum(s["heldout_words"] for s in stats["sources"].values())
+    total_train = sum(s["train_words"] for s in corpus.values())
+    total_held = sum(s["heldout_words"] for s in corpus.values())
+    extra = [name for name in corpus if name in stats.get("extra_sources", {})]
+    extra_text = (f" Sources added after the held-out slice was fixed ({', '.join(extra)}) hold out their "
+                  "lines in `heldout_new.txt`, not in the slice the perplexities above are measured on.") if extra else ""
     text = f"""# The shipped English biLM
 
 What `nlp.add_pipe("elmo")` loads when no weights are given (also by the
@@ -138,11 +261,19 @@ Reproduce (from `project/`, after `python -m weasel run fetch-pretrain-text`):
 
 {note}
 
+## Word senses
+
+{senses_text(current.get("senses"))}
+
+## Downstream
+
+{downstream_text(current.get("downstream"))}
+
 ## Corpus
 
 Lines of each source are held out by a hash of the line (1.2%); the rest is
 the training text. Words are whitespace words; the biLM's tokens come from
-spaCy's English tokenizer.
+spaCy's English tokenizer.{extra_text}
 
 | source | train words | held-out words |
 |---|---|---|
@@ -158,28 +289,90 @@ requirements should weigh these sources.
 ## History
 
 Every shipped version (a new one ships only when its held-out perplexity
-is lower):
+is lower); senses: the best contextual layer's accuracy against random
+weights of the same shape; 1%-POS: ELMo against tok2vec:
 
-| shipped | step | tokens seen | training | forward | backward | mean | unigram |
-|---|---|---|---|---|---|---|---|
+| shipped | step | tokens seen | training | parameters | forward | backward | mean | unigram | senses | 1%-POS |
+|---|---|---|---|---|---|---|---|---|---|---|
 {rows}
 """
     (target / "MODEL_CARD.md").write_text(text, encoding="utf-8")
 
 
+def corpus_used(config: dict, stats: dict) -> dict:
+    """The per-source counts of the sources the run trained on (its train
+    directories' ``<source>.txt`` files); all default sources when those
+    directories are not on this machine."""
+    known = {**stats.get("sources", {}), **stats.get("extra_sources", {})}
+    names = set()
+    for folder in config.get("train") or []:
+        folder = Path(folder)
+        if folder.is_dir():
+            names.update(p.stem for p in folder.glob("*.txt"))
+    if not names & set(known):
+        return dict(stats["sources"])
+    return {name: counts for name, counts in known.items() if name in names}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("run", type=Path)
+    parser.add_argument("run", type=Path, nargs="?", help="the pretraining run to ship (not with --update-card)")
     parser.add_argument("target", type=Path)
     parser.add_argument("--corpus-stats", type=Path, required=True)
-    parser.add_argument("--command", required=True, help="the command that trained the run, for the card")
-    parser.add_argument("--date", required=True, help="shipping date, for the history")
+    parser.add_argument("--command", default=None, help="the command that trained the run, for the card")
+    parser.add_argument("--date", default=None, help="shipping date, for the history")
     parser.add_argument("--earlier", type=Path, action="append", default=[],
                         help="a run that RUN continued (with --init from its export): its steps, tokens and time are added")
-    parser.add_argument("--note", default="", help="a remark printed under the command in the card (e.g. how the run was resumed)")
+    parser.add_argument("--note", default=None, help="a remark printed under the command in the card (e.g. how the run was resumed)")
+    parser.add_argument("--senses", type=Path, default=None, help="benchmarks/senses_baseline.py --json output for these weights")
+    parser.add_argument("--downstream", type=Path, default=None, help="the project's reports/summary.json with these weights")
+    parser.add_argument("--update-card", action="store_true",
+                        help="add --senses/--downstream to the shipped version and rewrite its card; no new weights")
     parser.add_argument("--force", action="store_true")
     args = parser.parse_args()
+    if args.update_card:
+        if args.run is not None:
+            parser.error("--update-card takes the model directory only, not a run")
+        update_card(args)
+        return
+    if args.run is None or args.command is None or args.date is None:
+        parser.error("shipping needs RUN, TARGET, --command and --date")
+    ship(args)
 
+
+def read_history(target: Path) -> list:
+    path = target / "history.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def write_history(target: Path, history: list) -> None:
+    (target / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history), encoding="utf-8")
+
+
+def update_card(args) -> None:
+    target = args.target
+    history = read_history(target)
+    if not history:
+        raise SystemExit(f"{target}: no history.jsonl: ship a model first")
+    current = history[-1]
+    if args.senses is not None:
+        current["senses"] = senses_record(args.senses, target / "weights.hdf5")
+    if args.downstream is not None:
+        current["downstream"] = downstream_record(args.downstream)
+    for key in ("command", "note"):
+        if getattr(args, key) is not None:
+            current[key] = getattr(args, key)
+    if "command" not in current:
+        raise SystemExit("this version's record has no training command: give --command (and --note) once")
+    write_history(target, history)
+    stats = json.loads(args.corpus_stats.read_text(encoding="utf-8"))
+    write_card(target, history, stats, current["command"], current.get("note", ""))
+    print(f"rewrote {target / 'MODEL_CARD.md'} (version of {current['shipped']})")
+
+
+def ship(args) -> None:
     from spacy_elmo.pretrain import export
 
     summary = run_summary(args.run)
@@ -192,10 +385,12 @@ def main() -> None:
     summary["stages"] = stages
     summary["machine"] = machine()
     summary["shipped"] = args.date
-    history_path = args.target / "history.jsonl"
-    history = []
-    if history_path.is_file():
-        history = [json.loads(line) for line in history_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    summary["command"] = args.command
+    summary["note"] = args.note or ""
+    stats = json.loads(args.corpus_stats.read_text(encoding="utf-8"))
+    config = json.loads((args.run / "config.json").read_text(encoding="utf-8"))
+    summary["corpus"] = corpus_used(config, stats)
+    history = read_history(args.target)
     if history and summary["dev_ppl"] >= history[-1]["dev_ppl"] and not args.force:
         raise SystemExit(
             f"held-out perplexity {summary['dev_ppl']:.1f} is not below the shipped model's "
@@ -203,14 +398,17 @@ def main() -> None:
         )
     with tempfile.TemporaryDirectory() as tmp:
         export(args.run, Path(tmp))
+        if args.senses is not None:
+            summary["senses"] = senses_record(args.senses, Path(tmp) / "weights.hdf5")
+        if args.downstream is not None:
+            summary["downstream"] = downstream_record(args.downstream)
         args.target.mkdir(parents=True, exist_ok=True)
         for name in ("weights.hdf5", "options.json", "vocab.txt", "softmax.hdf5"):
             shutil.copyfile(Path(tmp) / name, args.target / name)
     summary.pop("curve")
     history.append(summary)
-    history_path.write_text("".join(json.dumps(h) + "\n" for h in history), encoding="utf-8")
-    stats = json.loads(args.corpus_stats.read_text(encoding="utf-8"))
-    write_card(args.target, history, stats, args.command, args.note)
+    write_history(args.target, history)
+    write_card(args.target, history, stats, args.command, summary["note"])
     print(f"shipped step {summary['step']} (held-out perplexity {summary['dev_ppl']:.1f}) to {args.target}")
 
 

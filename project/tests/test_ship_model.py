@@ -1,0 +1,90 @@
+"""ship_model.py: shipping a run (weights, history, card), the perplexity
+gate, and --update-card adding senses and downstream figures."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ship_model
+from tests.helpers.pretrain import tiny_config, write_corpus
+
+SCRIPT = Path(ship_model.__file__)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    from spacy_elmo.pretrain import pretrain
+
+    tmp = tmp_path_factory.mktemp("ship_run")
+    corpus = write_corpus(tmp / "corpus" / "train", n=120)
+    pretrain(tiny_config(tmp, corpus.parent, max_steps=4, eval_every=2))
+    return tmp / "out"
+
+
+def stats_file(tmp_path):
+    stats = {"sources": {"train": {"train_words": 1000, "heldout_words": 10},
+                         "other": {"train_words": 5, "heldout_words": 1}},
+             "extra_sources": {"extra": {"train_words": 7, "heldout_words": 2}}}
+    path = tmp_path / "stats.json"
+    path.write_text(json.dumps(stats), encoding="utf-8")
+    return path
+
+
+def ship(*args):
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True,
+                          cwd=SCRIPT.parent.parent)
+
+
+def senses_file(path, weights, sha=None):
+    cell = {"mean": 0.5, "sd": 0.01, "min": 0.49, "max": 0.51, "seed0": 0.5}
+    data = {"data": "the packaged set", "seeds": 3,
+            "weights_sha256": sha or ship_model.sha256_of(weights),
+            "model": {"centroid": {"0": 0.5, "1": 0.62, "2": 0.71, "mix": 0.69}, "1nn": {"0": 0.5, "1": 0.6, "2": 0.65, "mix": 0.64}},
+            "random": {m: {layer: cell for layer in ("0", "1", "2", "mix")} for m in ("centroid", "1nn")}}
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def test_ship_then_update_card(run, tmp_path):
+    target = tmp_path / "english"
+    result = ship(run, target, "--corpus-stats", stats_file(tmp_path), "--command", "pretrain X", "--date", "2026-11-25")
+    assert result.returncode == 0, result.stderr
+    history = [json.loads(line) for line in (target / "history.jsonl").read_text().splitlines()]
+    assert len(history) == 1 and history[0]["command"] == "pretrain X"
+    # The run trained on train/train.txt only: the card's corpus is that source.
+    assert history[0]["corpus"] == {"train": {"train_words": 1000, "heldout_words": 10}}
+    card = (target / "MODEL_CARD.md").read_text()
+    assert "Not measured for this version." in card and "| train | 1,000 | 10 |" in card and "| other |" not in card
+    # A run no better than the shipped model is refused.
+    again = ship(run, target, "--corpus-stats", stats_file(tmp_path), "--command", "c", "--date", "2026-11-26")
+    assert again.returncode != 0 and "not below the shipped model's" in again.stderr
+    # Senses measured on other weights are refused; on these, they go on the card.
+    wrong = senses_file(tmp_path / "wrong.json", None, sha="0" * 64)
+    refused = ship("--update-card", target, "--corpus-stats", stats_file(tmp_path), "--senses", wrong)
+    assert refused.returncode != 0 and "rerun benchmarks/senses_baseline.py" in refused.stderr
+    summary = {"pos": {"baseline": {"1.0": {"n": 3, "test": [0.88, 0.002]}},
+                       "elmo_tok2vec": {"1.0": {"n": 3, "test": [0.912, 0.002]}}},
+               "ner": {"baseline": {"100.0": {"n": 3, "test": [0.29, 0.02]}}}}
+    (tmp_path / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    senses = senses_file(tmp_path / "senses.json", target / "weights.hdf5")
+    result = ship("--update-card", target, "--corpus-stats", stats_file(tmp_path), "--senses", senses,
+                  "--downstream", tmp_path / "summary.json")
+    assert result.returncode == 0, result.stderr
+    card = (target / "MODEL_CARD.md").read_text()
+    assert "| 2 | 65.0 | 50.0 ± 1.0 | 71.0 | 50.0 ± 1.0 |" in card
+    assert "| POS (Brown), 1% of train | accuracy | 88.0 ± 0.2 (3) | 91.2 ± 0.2 (3) |" in card
+    assert "NER (WNUT-2016)" not in card  # no ELMo score for it: no row
+    assert "| 71.0 vs 50.0 | 91.2 vs 88.0 |" in card  # the history row
+    assert "pretrain X" in card  # the command kept from the record
+    assert ship("--update-card", run, target, "--corpus-stats", stats_file(tmp_path)).returncode != 0
+
+
+def test_corpus_used_falls_back_to_the_default_sources(tmp_path):
+    stats = json.loads(stats_file(tmp_path).read_text())
+    assert ship_model.corpus_used({"train": [str(tmp_path / "gone")]}, stats) == stats["sources"]
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "extra.txt").write_text("x\n")
+    (tmp_path / "t" / "train.txt").write_text("x\n")
+    assert set(ship_model.corpus_used({"train": [str(tmp_path / "t")]}, stats)) == {"train", "extra"}
