@@ -24,6 +24,14 @@ them all alike):
   directory ``project/scripts/fetch_minilm.py`` makes, given as
   ``--minilm DIR``) + a tagger listening to it, built from
   ``project/configs/transformer_pos.cfg``; left out without ``--minilm``.
+* ``elmo_ner`` and ``minilm_ner``: the same with an entity recognizer
+  (``configs/elmo_ner.cfg``, ``project/configs/transformer_ner.cfg``),
+  untrained, with WNUT-2016's 10 entity types; only when asked for
+  (``--path``), as they are not in the default set.
+
+``--model NAME|DIR|FILE`` (``--options`` for a bare weights file): the biLM
+of the ``bilm``, ``elmo``, ``elmo_tagger`` and ``elmo_ner`` paths (default:
+the shipped English biLM), e.g. a pretraining export to time a new shape.
 
 Docs: the first ``--docs`` non-empty lines of ``--text`` (at most 100,000
 characters a line), split by spaCy's English tokenizer and sentencizer,
@@ -54,6 +62,8 @@ import typer
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_LINE_CHARS = 100_000
+ENTITY_TYPES = ("person", "geo-loc", "company", "facility", "product", "musicartist", "movie", "sportsteam",
+                "tvshow", "other")
 TAGS = ("NN NNS NNP JJ VB VBD VBG VBN VBP VBZ RB IN DT PRP PRP$ CC CD TO MD WDT WP WRB EX "
         "PDT POS RP UH FW SYM LS JJR JJS RBR RBS NNPS WP$ , . : `` '' -LRB- -RRB- # $ HYPH NFP").split()
 
@@ -90,7 +100,14 @@ def with_tags(nlp) -> None:
         tagger.add_label(tag)
 
 
-def build_paths(minilm: Optional[Path], names: List[str], elmo_threads: Optional[str]) -> Dict[str, Callable]:
+def with_entities(nlp) -> None:
+    ner = nlp.get_pipe("ner")
+    for label in ENTITY_TYPES:
+        ner.add_label(label)
+
+
+def build_paths(minilm: Optional[Path], names: List[str], elmo_threads: Optional[str],
+                model: Optional[str] = None, options: Optional[str] = None) -> Dict[str, Callable]:
     """name -> a function (docs -> None) that runs the path on the docs."""
     import spacy
     from thinc.api import Config
@@ -105,7 +122,7 @@ def build_paths(minilm: Optional[Path], names: List[str], elmo_threads: Optional
     # checkout from before the policy has no such setting).
     model_cfg = {} if elmo_threads is None else {"model": {"threads": int(elmo_threads) if elmo_threads.isdigit() else elmo_threads}}
     if "bilm" in names:
-        bilm = load_bilm(None, None).eval()
+        bilm = load_bilm(model, options).eval()
         getter = spacy_elmo.architectures.configure_sent_or_strided_spans()
 
         def run_bilm(docs):
@@ -115,16 +132,19 @@ def build_paths(minilm: Optional[Path], names: List[str], elmo_threads: Optional
         paths["bilm"] = run_bilm
     if "elmo" in names:
         nlp = spacy.blank("en")
-        spacy_elmo.add_elmo(nlp, config=model_cfg)
+        spacy_elmo.add_elmo(nlp, model, options, config=model_cfg)
         paths["elmo"] = lambda docs, nlp=nlp: [None for _ in nlp.pipe(docs, batch_size=64)]
-    if "elmo_tagger" in names:
-        config = Config().from_disk(REPO / "configs" / "elmo_tagger.cfg")
+    for name, cfg_name, labels in (("elmo_tagger", "elmo_tagger.cfg", with_tags), ("elmo_ner", "elmo_ner.cfg", with_entities)):
+        if name not in names:
+            continue
+        config = Config().from_disk(REPO / "configs" / cfg_name,
+                                    overrides={"paths.elmo_weights": model, "paths.elmo_options": options})
         if elmo_threads is not None:
             config["components"]["elmo"]["model"]["threads"] = model_cfg["model"]["threads"]
         nlp = spacy.util.load_model_from_config(config, auto_fill=True)
-        with_tags(nlp)
+        labels(nlp)
         nlp.initialize()
-        paths["elmo_tagger"] = lambda docs, nlp=nlp: [None for _ in nlp.pipe(docs, batch_size=64)]
+        paths[name] = lambda docs, nlp=nlp: [None for _ in nlp.pipe(docs, batch_size=64)]
     if "tok2vec_tagger" in names:
         nlp = spacy.blank("en")
         nlp.add_pipe("tagger")
@@ -135,15 +155,18 @@ def build_paths(minilm: Optional[Path], names: List[str], elmo_threads: Optional
         nlp = spacy.blank("en")
         spacy_elmo.add_elmo(nlp, bilm=spacy_elmo.BiLM(published_options("small")).eval(), config=model_cfg)
         paths["elmo_small"] = lambda docs, nlp=nlp: [None for _ in nlp.pipe(docs, batch_size=64)]
-    if "minilm_tagger" in names and minilm is not None:
+    for name, cfg_name, labels in (("minilm_tagger", "transformer_pos.cfg", with_tags),
+                                   ("minilm_ner", "transformer_ner.cfg", with_entities)):
+        if name not in names or minilm is None:
+            continue
         import spacy_transformers  # noqa: F401 (registers the transformer factory)
 
-        config = Config().from_disk(REPO / "project" / "configs" / "transformer_pos.cfg",
+        config = Config().from_disk(REPO / "project" / "configs" / cfg_name,
                                     overrides={"paths.transformer": str(minilm)})
         nlp = spacy.util.load_model_from_config(config, auto_fill=True)
-        with_tags(nlp)
+        labels(nlp)
         nlp.initialize()
-        paths["minilm_tagger"] = lambda docs, nlp=nlp: [None for _ in nlp.pipe(docs, batch_size=64)]
+        paths[name] = lambda docs, nlp=nlp: [None for _ in nlp.pipe(docs, batch_size=64)]
     return paths
 
 
@@ -173,10 +196,12 @@ def main(
     minilm: Optional[Path] = typer.Option(None, help="MiniLM-L6 model directory (project/scripts/fetch_minilm.py)"),
     paths: List[str] = typer.Option(
         ["bilm", "elmo", "elmo_tagger", "tok2vec_tagger", "elmo_small", "minilm_tagger"], "--path",
-        help="which paths to time (repeat)"),
+        help="which paths to time (repeat; also elmo_ner, minilm_ner)"),
     elmo_threads: Optional[str] = typer.Option(None, help="the elmo component's threads setting (auto, 0, N; default: its own)"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="write every figure here"),
     profile: Optional[Path] = typer.Option(None, help="run each path once under cProfile; write the top functions here"),
+    model: Optional[str] = typer.Option(None, help="the biLM of the ELMo paths: NAME|DIR|FILE (default: the shipped one)"),
+    options: Optional[str] = typer.Option(None, help="options.json, for a bare weights file as --model"),
 ) -> None:
     import spacy
     import torch
@@ -186,7 +211,7 @@ def main(
     nlp.add_pipe("sentencizer")
     base_docs = list(nlp.pipe(lines))
     n_words = sum(len(doc) for doc in base_docs)
-    runners = build_paths(minilm, paths, elmo_threads)
+    runners = build_paths(minilm, paths, elmo_threads, model, options)
     caller_threads = torch.get_num_threads()
     for run in runners.values():  # warm-up: word-type caches, packed weights, lazy loads
         run(fresh(base_docs[:50]))
@@ -230,7 +255,7 @@ def main(
         typer.echo(f"{name:<16}" + "".join(f"{c:>34}" for c in cells))
     if json_out:
         json_out.write_text(json.dumps({
-            "text": text.name, "docs": len(base_docs), "words": n_words, "rounds": rounds, "load": load, "elmo_threads": elmo_threads,
+            "model": Path(model).name if model else "shipped", "text": text.name, "docs": len(base_docs), "words": n_words, "rounds": rounds, "load": load, "elmo_threads": elmo_threads,
             "threads": threads, "cpu": cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__,
             "words_per_second": figures,
         }, indent=1), encoding="utf-8")

@@ -405,9 +405,20 @@ def add_elmo(
 
     Either ``weights`` (a name, path or URL, with ``options`` where needed;
     see :mod:`spacy_elmo.hub`; None: the shipped English biLM) or a ``bilm``.
+    ``weights``/``options`` given in ``config`` (the factory's settings) are
+    used the same way when the arguments give none; given in both places,
+    they are refused rather than one silently winning.
     """
     if bilm is not None and (weights is not None or options is not None):
         raise ValueError("give either weights (and options), or a bilm")
+    in_config = {key: (config or {}).get(key) for key in ("weights", "options")}
+    if any(value is not None for value in in_config.values()):
+        if bilm is not None or weights is not None or options is not None:
+            raise ValueError(
+                "add_elmo got the biLM twice: as an argument (weights/options or bilm) and in config "
+                f"({', '.join(k for k, v in in_config.items() if v is not None)}); give it in one place"
+            )
+        weights, options = in_config["weights"], in_config["options"]
     if bilm is None:
         bilm = load_bilm(weights, options)  # before add_pipe: a bad name leaves nlp as it was
     component = nlp.add_pipe("elmo", name=name, config=config or {}, **add_pipe_kwargs)

@@ -47,6 +47,21 @@ def test_parity_of_the_reference_mix(parity_paths, parity_sentences, parity_refe
         numpy.testing.assert_allclose(mixed, parity_reference["elmo_mix"][i, : len(doc)], atol=1e-4, rtol=0)
 
 
+def test_add_elmo_takes_the_weights_from_config(parity_paths):
+    """config={"weights": ...} loads those weights (it once loaded the shipped biLM
+    silently); the biLM given both as an argument and in config is refused."""
+    weights, options = (str(p) for p in parity_paths)
+    nlp = spacy.blank("en")
+    add_elmo(nlp, config={"weights": weights, "options": options})
+    assert nlp("A bank .")._.elmo.layers.shape == (3, 3, 48)
+    for args in ((weights, options), ()):
+        other = spacy.blank("en")
+        kwargs = {} if args else {"bilm": random_model(0)}
+        with pytest.raises(ValueError, match="got the biLM twice"):
+            add_elmo(other, *args, config={"weights": weights, "options": options}, **kwargs)
+        assert other.pipe_names == []
+
+
 def test_views_and_vectors(nlp):
     doc = nlp("ELMo reads words in context.")
     data = doc._.elmo
