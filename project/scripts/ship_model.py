@@ -40,6 +40,7 @@ import tempfile
 from pathlib import Path
 
 from portable_paths import portable_config
+from registry_fetch import sha256_of
 
 
 def run_summary(run: Path) -> dict:
@@ -100,16 +101,6 @@ DOWNSTREAM_ROWS = (
     ("NER (WNUT-2016), 100%", "ner", "100.0", "F1"),
     ("sentiment (rt-polarity), 100%", "sentiment", "100.0", "macro-F"),
 )
-
-
-def sha256_of(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with path.open("rb") as fin:
-        for block in iter(lambda: fin.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def senses_record(path: Path, weights: Path) -> dict:
