@@ -14,9 +14,9 @@ archive changes under a pinned version:
   lists no version, :func:`fetch_deb` runs ``apt-get update`` itself (as
   root), or stops and says to run it (not root). Lists from an older day
   can know the package but not the pinned version (a machine image made
-  before the security update that the corpus was built from): when none of
-  the pinned versions is listed, it runs ``apt-get update`` once more (as
-  root) before falling back.
+  before the security update that the corpus was built from): when the
+  first (preferred) pinned version is not listed, it runs ``apt-get update``
+  once more (as root) before taking a later one or falling back.
 * Versions: a version in the ``-security`` pocket disappears when it is
   superseded, and one in the main pocket at the next point release. A source
   therefore pins a list of known ``(version, sha256)`` pairs, tried in the
@@ -142,8 +142,8 @@ def fetch_deb(name: str, known: Sequence[Tuple[str, str]], assets: Path) -> DebF
     if not available:
         raise FetchError(f"apt knows no package {name!r}, even after `apt-get update`: this needs a Debian 12 "
                          "(bookworm) machine with its main and security pockets in the sources")
-    if not any(version in available for version, _ in known) and _can_update():
-        # Lists from an older day: the pinned version may have entered the archive since.
+    if known and known[0][0] not in available and _can_update():
+        # Lists from an older day: the preferred version may have entered the archive since.
         apt_update()
         available = apt_versions(name) or available
     for version, sha256 in known:

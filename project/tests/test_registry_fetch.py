@@ -110,6 +110,7 @@ def test_deb_refreshes_stale_lists_before_falling_back(tmp_path, monkeypatch):
     apt = StaleApt({"2+deb12u8": b"main"})
     monkeypatch.setattr(registry_fetch, "_run", apt)
     monkeypatch.setattr(registry_fetch.os, "geteuid", lambda: 0)
-    deb = fetch_deb("pkg", [("2+deb12u9", _sha(b"security"))], tmp_path)
+    # The older version is pinned too, but the preferred one is looked for first.
+    deb = fetch_deb("pkg", [("2+deb12u9", _sha(b"security")), ("2+deb12u8", _sha(b"main"))], tmp_path)
     assert (deb.version, deb.pinned, deb.path.read_bytes()) == ("2+deb12u9", True, b"security")
     assert apt.calls.count(["apt-get", "update"]) == 1
