@@ -56,7 +56,11 @@ class PretrainConfig:
     #: Fields that may change when resuming (they do not change the weights).
     #: ``max_steps`` may change too: a run can be lengthened (or shortened);
     #: with the linear schedule the decay is then stretched from that step on.
-    RESUMABLE_CHANGES = ("output", "log_every", "eval_every", "checkpoint_every", "device", "train", "dev", "max_steps")
+    #: Settings a resume may change (logged as a warning). ``precision`` among them: a
+    #: long run moves between machines with and without native bf16; the weights,
+    #: optimizer state and data order carry over, bit-exact continuation does not.
+    RESUMABLE_CHANGES = ("output", "log_every", "eval_every", "checkpoint_every", "device", "train", "dev", "max_steps",
+                         "precision")
 
     def validate(self) -> None:
         problems = []

@@ -286,13 +286,16 @@ class _Run:
         return loss, nll_f, nll_b, n, n_tokens, grad_norm
 
     def evaluate(self) -> Optional[Dict[str, float]]:
-        """Held-out perplexity, summed over the ranks' shares."""
+        """Held-out perplexity, summed over the ranks' shares. Always in
+        float32, whatever the training precision: it measures the weights as
+        they are used (inference is float32 by default) and stays comparable
+        across a run resumed in another precision."""
         data = self.data
         if not len(data.dev_idx):
             return None
         self.model.eval()
         sums = [0.0, 0.0, 0.0]
-        with torch.no_grad(), autocast(self.config, self.device):
+        with torch.no_grad():
             for idx in data.dev_batches:
                 char_ids, targets, _ = data.dev_batcher(idx, self.device)
                 # The adaptive softmax's own log-probability of each target:
