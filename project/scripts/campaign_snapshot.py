@@ -9,8 +9,9 @@ Writes into the target directory (replacing what a previous snapshot left):
   run's last checkpoint as ``spacy_elmo export`` writes it, with every
   dataset stored as float16 (half the size; the readers cast to float32),
   which is what ``pretrain --init`` continues from;
-* ``log.jsonl``: the run's log, every training and evaluation record (the
-  learning curve; ``campaign_curve.py`` reads the directory as a run);
+* ``log.jsonl``: the run's log up to the checkpoint's step, every training
+  and evaluation record (the learning curve; ``campaign_curve.py`` reads the
+  directory as a run);
 * ``snapshot.json``: step, tokens seen, the last held-out evaluation, and
   the run's settings with no path of the machine.
 
@@ -72,15 +73,22 @@ def main(
     target: Path = typer.Argument(..., help="where the snapshot goes (e.g. campaign/en2)"),
     check: Optional[Path] = typer.Option(None, help="held-out text: print the float32 and float16 perplexities"),
 ) -> None:
+    from spacy_elmo.pretrain.checkpoint import checkpoint_path, load_checkpoint
     from spacy_elmo.pretrain.export import export
 
     if not (run / "log.jsonl").is_file() or not (run / "config.json").is_file():
         raise typer.BadParameter(f"{run}: no log.jsonl and config.json (give a pretrain output directory)")
-    records = read_log(run)
-    trains = [r for r in records if r.get("event") == "train"]
-    evals = [r for r in records if r.get("event") == "eval"]
     with tempfile.TemporaryDirectory() as tmp:
-        exported = export(run, Path(tmp) / "fp32")
+        # A copy first: a run still training replaces last.pt while we read it.
+        checkpoint = Path(tmp) / "last.pt"
+        shutil.copyfile(checkpoint_path(run), checkpoint)
+        state = load_checkpoint(checkpoint)
+        step, tokens_seen = int(state["step"]), int(state["tokens_seen"])
+        del state
+        # The log as far as the checkpoint: what the snapshot's weights have seen.
+        records = [r for r in read_log(run) if int(r.get("step", 0)) <= step]
+        evals = [r for r in records if r.get("event") == "eval"]
+        exported = export(run, Path(tmp) / "fp32", checkpoint)
         staged = Path(tmp) / "fp16"
         staged.mkdir()
         for name in FILES:
@@ -97,11 +105,11 @@ def main(
         target.mkdir(parents=True, exist_ok=True)
         for name in FILES:
             shutil.copyfile(staged / name, target / name)
-    shutil.copyfile(run / "log.jsonl", target / "log.jsonl")
+    (target / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     config = json.loads((run / "config.json").read_text(encoding="utf-8"))
     summary = {
-        "step": max((r["step"] for r in trains), default=0),
-        "tokens_seen": max((r.get("tokens_seen", 0) for r in trains), default=0),
+        "step": step,
+        "tokens_seen": tokens_seen,
         "last_eval": evals[-1] if evals else None,
         "dtype": "float16",
         "config": portable_config(config),

@@ -48,7 +48,23 @@ def test_snapshot_is_the_export_in_float16(run, tmp_path):
     assert summary["step"] == 4 and summary["tokens_seen"] > 0 and summary["last_eval"]["step"] == 4
     text = (target / "snapshot.json").read_text()
     assert str(tmp_path) not in text and str(run) not in text
-    assert (target / "log.jsonl").read_bytes() == (run / "log.jsonl").read_bytes()
+    logged = [json.loads(line) for line in (target / "log.jsonl").read_text().splitlines()]
+    assert logged == [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+
+
+def test_the_log_stops_at_the_checkpoint(run, tmp_path):
+    """A run still training logs steps its last checkpoint does not hold: left out."""
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    with (copy / "log.jsonl").open("a", encoding="utf-8") as log:
+        log.write(json.dumps({"event": "train", "step": 5, "tokens_seen": 10**6}) + "\n")
+        log.write(json.dumps({"event": "eval", "step": 5, "dev_ppl": 1.0}) + "\n")
+    campaign_snapshot.main(copy, tmp_path / "snap", None)
+    summary = json.loads((tmp_path / "snap" / "snapshot.json").read_text())
+    assert summary["step"] == 4 and summary["tokens_seen"] < 10**6 and summary["last_eval"]["step"] == 4
+    assert all(json.loads(line).get("step", 0) <= 4 for line in (tmp_path / "snap" / "log.jsonl").read_text().splitlines())
 
 
 def test_pretrain_init_continues_from_the_snapshot(run, tmp_path, caplog):
