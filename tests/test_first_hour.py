@@ -1,6 +1,7 @@
 """What a new user meets first: the shipped configs train on real data as
 they are, bad weights stop ``add_pipe``, and the wheel carries its licence
 and entry points."""
+import json
 import subprocess
 import sys
 import zipfile
@@ -128,7 +129,8 @@ def test_good_weights_pass_add_pipe():
     nlp.add_pipe("elmo", config={"weights": str(SHIPPED)})
     nlp.add_pipe("elmo", name="elmo2", config={"weights": str(SHIPPED / "weights.hdf5")})
     nlp.initialize()
-    assert nlp("a bank")._.elmo.layers.shape == (3, 2, 128)
+    lstm = json.loads((SHIPPED / "options.json").read_text(encoding="utf-8"))["lstm"]
+    assert nlp("a bank")._.elmo.layers.shape == (lstm["n_layers"] + 1, 2, 2 * lstm["projection_dim"])
 
 
 def test_wheel_has_licence_and_entry_points(tmp_path):

@@ -51,7 +51,7 @@ def test_the_model_card_and_continuation_files_ship_with_it():
     for name in ("weights.hdf5", "options.json", "vocab.txt", "softmax.hdf5", "MODEL_CARD.md", "history.jsonl"):
         assert (SHIPPED_MODEL_DIR / name).is_file(), name
     size = sum(p.stat().st_size for p in SHIPPED_MODEL_DIR.iterdir())
-    assert size < 30 * 2**20
+    assert size < 40 * 2**20  # issue 29: the package's model files stay under 40 MB
     history = [json.loads(line) for line in (SHIPPED_MODEL_DIR / "history.jsonl").read_text().splitlines()]
     last = history[-1]
     assert last["dev_ppl"] < last["unigram_dev_ppl"] / 2  # far below the unigram baseline
