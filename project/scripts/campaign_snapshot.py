@@ -21,7 +21,8 @@ the learning-rate schedule are not in it. Continuing from one (``pretrain
 the decay to the new ``--max-steps``), and the new run counts tokens from
 0 (add ``snapshot.json``'s ``tokens_seen``). Float16 storage rounds each
 weight to 11 significant bits; ``--check TEXT`` measures what that costs
-in held-out perplexity against the float32 export.
+in held-out perplexity against the float32 export (written to
+``snapshot.json``: a snapshot's step rarely has an evaluation in the log).
 """
 import json
 import shutil
@@ -96,12 +97,13 @@ def main(
                 to_float16(exported / name, staged / name)
             else:
                 shutil.copyfile(exported / name, staged / name)
+        measured = {}
         if check is not None:
             from spacy_elmo.pretrain.perplexity import perplexity
 
             for label, folder in (("float32", exported), ("float16", staged)):
-                result = perplexity(folder, [check])
-                typer.echo(f"{label}: held-out perplexity {result['ppl']:.2f}")
+                measured[label] = perplexity(folder, [check])["ppl"]
+                typer.echo(f"{label}: held-out perplexity {measured[label]:.2f}")
         target.mkdir(parents=True, exist_ok=True)
         for name in FILES:
             shutil.copyfile(staged / name, target / name)
@@ -112,6 +114,8 @@ def main(
         "tokens_seen": tokens_seen,
         "last_eval": evals[-1] if evals else None,
         "dtype": "float16",
+        # --check: the perplexity of these weights on that text, float32 export and float16 files
+        **({"check": {"text": check.name, "ppl": measured}} if measured else {}),
         "config": portable_config(config),
     }
     (target / "snapshot.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

@@ -38,19 +38,28 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 from portable_paths import portable_config
 from registry_fetch import sha256_of
 
 
-def run_summary(run: Path) -> dict:
+def run_summary(run: Path, step: Optional[int] = None, tokens_seen: Optional[int] = None) -> dict:
+    """The run's figures for the card. ``step`` (the shipped checkpoint's, with its
+    ``tokens_seen``): the log up to that step, whose last record must be a held-out
+    evaluation at that very step; None: the whole log (a finished run)."""
     records = [json.loads(line) for line in (run / "log.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    if step is not None:
+        records = [r for r in records if int(r.get("step", 0)) <= step]
     config = json.loads((run / "config.json").read_text(encoding="utf-8"))
     starts = [r for r in records if r["event"] in ("start", "resume")]
     evals = [r for r in records if r["event"] == "eval"]
     trains = [r for r in records if r["event"] == "train"]
     if not evals or not trains:
         raise SystemExit(f"{run}: no held-out evaluation or training record in log.jsonl yet")
+    if step is not None and evals[-1]["step"] != step:
+        raise SystemExit(f"{run}: no held-out evaluation at step {step}, the checkpoint's (the last is at step "
+                         f"{evals[-1]['step']}): ship the checkpoint of an evaluated step (--checkpoint)")
     # Wall time: each process's training time (elapsed_s restarts at every
     # start/resume), summed over the segments.
     wall, segment = 0.0, 0.0
@@ -64,7 +73,7 @@ def run_summary(run: Path) -> dict:
     last = evals[-1]
     return {
         "step": last["step"],
-        "tokens_seen": max(r.get("tokens_seen", 0) for r in trains),
+        "tokens_seen": tokens_seen if tokens_seen is not None else max(r.get("tokens_seen", 0) for r in trains),
         "train_hours": wall / 3600,
         "dev_ppl_forward": last["dev_ppl_forward"],
         "dev_ppl_backward": last["dev_ppl_backward"],
@@ -319,6 +328,8 @@ def main() -> None:
     parser.add_argument("--downstream", type=Path, default=None, help="the project's reports/summary.json with these weights")
     parser.add_argument("--update-card", action="store_true",
                         help="add --senses/--downstream to the shipped version and rewrite its card; no new weights")
+    parser.add_argument("--checkpoint", type=Path, default=None,
+                        help="the checkpoint to ship (default: RUN's last.pt); its step must have a held-out evaluation")
     parser.add_argument("--force", action="store_true")
     args = parser.parse_args()
     if args.update_card:
@@ -365,8 +376,15 @@ def update_card(args) -> None:
 
 def ship(args) -> None:
     from spacy_elmo.pretrain import export
+    from spacy_elmo.pretrain.checkpoint import checkpoint_path, load_checkpoint
 
-    summary = run_summary(args.run)
+    tmp_dir = tempfile.TemporaryDirectory()
+    # A copy first: a run still training replaces last.pt while we read it.
+    checkpoint = Path(tmp_dir.name) / "shipped.pt"
+    shutil.copyfile(checkpoint_path(args.run, args.checkpoint), checkpoint)
+    state = load_checkpoint(checkpoint)
+    summary = run_summary(args.run, int(state["step"]), int(state["tokens_seen"]))
+    del state
     stages = []
     for earlier in args.earlier:
         before = run_summary(earlier)
@@ -387,8 +405,8 @@ def ship(args) -> None:
             f"held-out perplexity {summary['dev_ppl']:.1f} is not below the shipped model's "
             f"{history[-1]['dev_ppl']:.1f}: not shipped (--force to ship anyway)"
         )
-    with tempfile.TemporaryDirectory() as tmp:
-        export(args.run, Path(tmp))
+    with tmp_dir as tmp:
+        export(args.run, Path(tmp), checkpoint)
         if args.senses is not None:
             summary["senses"] = senses_record(args.senses, Path(tmp) / "weights.hdf5")
         if args.downstream is not None:

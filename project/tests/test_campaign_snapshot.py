@@ -97,3 +97,11 @@ def test_pretrain_init_continues_from_the_snapshot(run, tmp_path, caplog):
 def test_not_a_run_is_named(tmp_path):
     with pytest.raises(typer.BadParameter, match="no log.jsonl and config.json"):
         campaign_snapshot.main(tmp_path, tmp_path / "out", None)
+
+
+def test_check_measures_both_files(run, tmp_path):
+    text = write_corpus(tmp_path / "held", n=20, seed=3)
+    campaign_snapshot.main(run, tmp_path / "snap", text)
+    check = json.loads((tmp_path / "snap" / "snapshot.json").read_text())["check"]
+    assert check["text"] == "train.txt" and set(check["ppl"]) == {"float32", "float16"}
+    assert check["ppl"]["float16"] == pytest.approx(check["ppl"]["float32"], rel=1e-2)

@@ -88,3 +88,12 @@ def test_corpus_used_falls_back_to_the_default_sources(tmp_path):
     (tmp_path / "t" / "extra.txt").write_text("x\n")
     (tmp_path / "t" / "train.txt").write_text("x\n")
     assert set(ship_model.corpus_used({"train": [str(tmp_path / "t")]}, stats)) == {"train", "extra"}
+
+
+def test_the_shipped_checkpoint_needs_an_evaluation_at_its_step(run):
+    """A campaign still training: its last.pt may be ahead of the last held-out evaluation;
+    the card's figures must be the shipped weights' own."""
+    summary = ship_model.run_summary(run, 4, 123)
+    assert (summary["step"], summary["tokens_seen"]) == (4, 123)
+    with pytest.raises(SystemExit, match="no held-out evaluation at step 3"):
+        ship_model.run_summary(run, 3, 100)
