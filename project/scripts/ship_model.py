@@ -172,11 +172,12 @@ def senses_text(senses: dict) -> str:
 def downstream_text(downstream: dict) -> str:
     if not downstream:
         return "Not measured for this version yet (the project's headline grid runs after a version ships)."
-    body = "\n".join(
-        f"| {label} | {row['measure']} | {100 * row['baseline']['mean']:.1f} ± {100 * row['baseline']['sd']:.1f} "
-        f"({row['baseline']['n']}) | {100 * row['elmo_tok2vec']['mean']:.1f} ± {100 * row['elmo_tok2vec']['sd']:.1f} "
-        f"({row['elmo_tok2vec']['n']}) |"
-        for label, row in downstream.items())
+    def cell(score: dict) -> str:  # mean ± sd (seeds); one seed has no spread to show
+        spread = f" ± {100 * score['sd']:.1f}" if score["n"] > 1 else ""
+        return f"{100 * score['mean']:.1f}{spread} ({score['n']})"
+
+    body = "\n".join(f"| {label} | {row['measure']} | {cell(row['baseline'])} | {cell(row['elmo_tok2vec'])} |"
+                      for label, row in downstream.items())
     return ("Test scores of the project's headline grid with this version (`project/`, `python -m weasel run "
             "headline`: the same data, budget and seeds for both; mean ± sd (seeds)):\n\n"
             "| task | measure | spaCy tok2vec | ELMo (`ElmoTok2Vec`) |\n|---|---|---|---|\n" + body)
