@@ -28,7 +28,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
 import h5py
 import numpy
@@ -69,23 +69,29 @@ def read_log(run: Path) -> list:
     return records
 
 
+def copy_checkpoint(run: Path, folder: Path, checkpoint: Optional[Path] = None) -> Tuple[Path, int, int]:
+    """Copy RUN's last.pt (or ``checkpoint``) into ``folder`` first, as a run still
+    training replaces last.pt while we read it; returns the copy, its step and its
+    tokens seen."""
+    from spacy_elmo.pretrain.checkpoint import checkpoint_path, load_checkpoint
+
+    copy = folder / "pinned.pt"
+    shutil.copyfile(checkpoint_path(run, checkpoint), copy)
+    state = load_checkpoint(copy)
+    return copy, int(state["step"]), int(state["tokens_seen"])
+
+
 def main(
     run: Path = typer.Argument(..., help="the pretrain output directory"),
     target: Path = typer.Argument(..., help="where the snapshot goes (e.g. campaign/en2)"),
     check: Optional[Path] = typer.Option(None, help="held-out text: print the float32 and float16 perplexities"),
 ) -> None:
-    from spacy_elmo.pretrain.checkpoint import checkpoint_path, load_checkpoint
     from spacy_elmo.pretrain.export import export
 
     if not (run / "log.jsonl").is_file() or not (run / "config.json").is_file():
         raise typer.BadParameter(f"{run}: no log.jsonl and config.json (give a pretrain output directory)")
     with tempfile.TemporaryDirectory() as tmp:
-        # A copy first: a run still training replaces last.pt while we read it.
-        checkpoint = Path(tmp) / "last.pt"
-        shutil.copyfile(checkpoint_path(run), checkpoint)
-        state = load_checkpoint(checkpoint)
-        step, tokens_seen = int(state["step"]), int(state["tokens_seen"])
-        del state
+        checkpoint, step, tokens_seen = copy_checkpoint(run, Path(tmp))
         # The log as far as the checkpoint: what the snapshot's weights have seen.
         records = [r for r in read_log(run) if int(r.get("step", 0)) <= step]
         evals = [r for r in records if r.get("event") == "eval"]

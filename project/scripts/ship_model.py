@@ -40,6 +40,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from campaign_snapshot import copy_checkpoint
 from portable_paths import portable_config
 from registry_fetch import sha256_of
 
@@ -377,15 +378,10 @@ def update_card(args) -> None:
 
 def ship(args) -> None:
     from spacy_elmo.pretrain import export
-    from spacy_elmo.pretrain.checkpoint import checkpoint_path, load_checkpoint
 
     tmp_dir = tempfile.TemporaryDirectory()
-    # A copy first: a run still training replaces last.pt while we read it.
-    checkpoint = Path(tmp_dir.name) / "shipped.pt"
-    shutil.copyfile(checkpoint_path(args.run, args.checkpoint), checkpoint)
-    state = load_checkpoint(checkpoint)
-    summary = run_summary(args.run, int(state["step"]), int(state["tokens_seen"]))
-    del state
+    checkpoint, step, tokens_seen = copy_checkpoint(args.run, Path(tmp_dir.name), args.checkpoint)
+    summary = run_summary(args.run, step, tokens_seen)
     stages = []
     for earlier in args.earlier:
         before = run_summary(earlier)
