@@ -1,0 +1,72 @@
+"""senses_curve.py: sense figures and the README's bank demo along a run."""
+import json
+import re
+import shutil
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import senses_curve
+from tests.helpers.pretrain import tiny_config, write_corpus
+
+BANK = senses_curve.REPO / "examples" / "bank.txt"
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    from spacy_elmo.pretrain import pretrain
+    from spacy_elmo.pretrain.export import export
+
+    tmp = tmp_path_factory.mktemp("senses_curve")
+    pretrain(tiny_config(tmp, write_corpus(tmp / "corpus", n=120), max_steps=4, eval_every=2))
+    return tmp / "out", export(tmp / "out", tmp / "step4")
+
+
+def money_banks_printed_by_neighbours(directory, layer):
+    """What the README's main job prints, counted: money banks are bank.txt's lines 9-16."""
+    from spacy_elmo.cli import app
+
+    result = CliRunner().invoke(app, ["neighbours", senses_curve.MONEY_QUERY, "--word", "bank", "--corpus", str(BANK),
+                                      "--layer", str(layer), "--k", "4", "--model", str(directory)])
+    assert result.exit_code == 0, result.output
+    lines = BANK.read_text(encoding="utf-8").splitlines()
+    money = [re.sub(r"\W", "", line) for line in lines[8:]]
+    rows = [re.fullmatch(r"\s*\d+\s+[-\d.]+\s+(.*)", row).group(1) for row in result.output.splitlines()[1:5]]
+    found = [re.sub(r"\W", "", row.replace("[bank]", "bank")) for row in rows]
+    assert len(found) == 4
+    return sum(f in money for f in found)
+
+
+def test_bank_demo_counts_what_the_readme_command_prints(exported, tmp_path):
+    run, directory = exported
+    out = tmp_path / "curve.json"
+    senses_curve.main([f"step4={directory}"], BANK, None, run / "log.jsonl", out)
+    row = json.loads(out.read_text())["rows"][0]
+    for layer in (1, 2):
+        assert row["bank"][str(layer)]["money"] == money_banks_printed_by_neighbours(directory, layer)
+    assert set(row["bank"]) == {"0", "1", "2", "mix"}
+    assert row["senses"]["centroid"]["0"] == 0.5  # layer 0 is context-free: both senses of a frame tie
+
+
+def test_step_and_tokens_come_from_the_runs_log(exported, tmp_path):
+    run, directory = exported
+    records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    at_step_2 = max(r["tokens_seen"] for r in records if r["event"] == "train" and r["step"] <= 2)
+    assert 0 < at_step_2 < max(r["tokens_seen"] for r in records if r["event"] == "train")
+    out = tmp_path / "curve.json"
+    senses_curve.main([f"step2={directory}", f"final={directory}"], BANK, None, run / "log.jsonl", out)
+    rows = json.loads(out.read_text())["rows"]
+    assert (rows[0]["step"], rows[0]["tokens_seen"]) == (2, at_step_2)
+    assert "step" not in rows[1]  # not a stepN label, no history.jsonl
+    assert str(tmp_path) not in out.read_text() and str(directory.parent) not in out.read_text()
+
+
+def test_a_bank_file_that_is_not_the_demos_is_refused(exported, tmp_path):
+    _, directory = exported
+    short = tmp_path / "bank.txt"
+    short.write_text("\n".join(BANK.read_text(encoding="utf-8").splitlines()[:10]) + "\n", encoding="utf-8")
+    with pytest.raises(typer.BadParameter, match="expected 16 lines"):
+        senses_curve.main([f"x={directory}"], short, None, None, None)
+    with pytest.raises(typer.BadParameter, match="LABEL=DIR"):
+        senses_curve.main([str(directory)], BANK, None, None, None)
