@@ -28,7 +28,7 @@ from typing import Dict, List, Optional
 
 import typer
 
-from portable_paths import portable_path
+from portable_paths import is_absolute, portable_path
 
 TASKS = {
     "pos": ("Brown POS (tagger)", "tag_acc", "accuracy"),
@@ -295,7 +295,10 @@ def main(
     weights = sorted({(r["provenance"].get("elmo_weights"), r["provenance"].get("elmo_weights_sha256"))
                       for r in runs if r.get("provenance", {}).get("elmo_weights")})
     for path, digest in weights:
-        lines.append(f"ELMo weights: `{portable_path(path)}` (sha256 `{digest[:16]}…`)")
+        # run_grid writes the path portable already (relative to the repository's root):
+        # resolving it again would make it relative to the working directory.
+        shown = portable_path(path) if is_absolute(str(path)) else path
+        lines.append(f"ELMo weights: `{shown}` (sha256 `{digest[:16]}…`)")
     budgets = sorted({(r["task"], json.dumps(r["budget"], sort_keys=True)) for r in runs})
     for task, budget in budgets:
         lines.append(f"Budget, {task}: `{budget}`")

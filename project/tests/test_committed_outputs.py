@@ -42,3 +42,22 @@ def test_portable_path_rule(tmp_path):
                                        "lr": 0.002, "nested": {"dev": ["project/corpus/heldout.txt"]}}
     assert MACHINE_PATH.search(json.dumps(portable_config(config))) is None
     assert scrub(f"Error: {REPO}/project/training/x not found") == "Error: project/training/x not found"
+
+
+def test_report_shows_a_records_portable_path_as_written(tmp_path, monkeypatch):
+    """run_grid writes the biLM's path relative to the repository's root; the
+    report, run from project/ as weasel does, must not resolve it again."""
+    import shutil
+
+    import report
+
+    record = REPO / "project" / "metrics" / "pos" / "elmo_tok2vec" / "f1_s0.json"
+    written = json.loads(record.read_text(encoding="utf-8"))["provenance"]["elmo_weights"]
+    assert not written.startswith("/") and (REPO / written).is_file()
+    metrics = tmp_path / "metrics" / "pos" / "elmo_tok2vec"
+    metrics.mkdir(parents=True)
+    shutil.copy(record, metrics / record.name)
+    monkeypatch.chdir(REPO / "project")
+    report.main(tmp_path / "metrics", tmp_path / "out", "t", "", None)
+    text = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
+    assert f"ELMo weights: `{written}`" in text
