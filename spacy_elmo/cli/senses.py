@@ -9,8 +9,8 @@ from .inputs import ProgressEmbedder, input_file, load_model, read_lines, tokeni
 
 LAYER_HELP = (
     "Which activations to compare: 0 (the context-free character encoding), 1..L (the LSTM layers), or mix "
-    "(the default: the plain mean of all layers, the unweighted ELMo vector). The first LSTM layer (1) separates "
-    "word senses best in the ELMo paper (section 5.3), so it is the layer to pick for sense neighbours"
+    "(the default: the plain mean of all layers, the unweighted ELMo vector). In the ELMo paper (section 5.3) the "
+    "top LSTM layer (L) separates word senses best and the first (1) part-of-speech tags"
 )
 
 

@@ -61,7 +61,7 @@ def test_help_lists_every_command_and_tells_the_truth():
         assert "--progress" in text and "--no-progress" in text
     assert "Usage: root embed [OPTIONS] Embed sentences" in plain(invoke("embed", "--help").stdout)  # no old positionals
     neighbours = plain(invoke("neighbours", "--help").stdout)
-    assert "mix (the default: the plain mean of all layers" in neighbours and "first LSTM layer (1)" in neighbours
+    assert "mix (the default: the plain mean of all layers" in neighbours and "top LSTM layer (L) separates word senses best" in neighbours
     for name in ("embed", "neighbours"):
         text = invoke(name, "--help").stdout
         assert "--lang" in text and "--whitespace" in text
