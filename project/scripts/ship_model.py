@@ -218,6 +218,8 @@ def write_card(target: Path, history: list, stats: dict, command: str, note: str
     extra = [name for name in corpus if name in stats.get("extra_sources", {})]
     extra_text = (f" Sources added after the held-out slice was fixed ({', '.join(extra)}) hold out their "
                   "lines in `heldout_new.txt`, not in the slice the perplexities above are measured on.") if extra else ""
+    # The corpus with the extra sources is the v2 fetch command's.
+    fetch_command = "fetch-pretrain-text-v2" if extra else "fetch-pretrain-text"
     text = f"""# The shipped English biLM
 
 What `nlp.add_pipe("elmo")` loads when no weights are given (also by the
@@ -255,7 +257,7 @@ the model's adaptive softmax over {current['vocab_size']:,} words, with out-of-v
 |---|---|---|---|
 | {current['dev_ppl_forward']:.1f} | {current['dev_ppl_backward']:.1f} | {current['dev_ppl']:.1f} | {current['unigram_dev_ppl']:.0f} |
 
-Reproduce (from `project/`, after `python -m weasel run fetch-pretrain-text`):
+Reproduce (from `project/`, after `python -m weasel run {fetch_command}`):
 
 ```bash
 {command}

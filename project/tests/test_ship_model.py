@@ -57,6 +57,14 @@ def test_ship_then_update_card(run, tmp_path):
     assert history[0]["corpus"] == {"train": {"train_words": 1000, "heldout_words": 10}}
     card = (target / "MODEL_CARD.md").read_text()
     assert "Not measured for this version." in card and "| train | 1,000 | 10 |" in card and "| other |" not in card
+    assert "after `python -m weasel run fetch-pretrain-text`" in card  # no extra source: v1's corpus command
+    with_extra = [dict(history[0], corpus={"train": history[0]["corpus"]["train"],
+                                           "extra": {"train_words": 7, "heldout_words": 2}})]
+    elsewhere = tmp_path / "with_extra"
+    elsewhere.mkdir()
+    (elsewhere / "options.json").write_bytes((target / "options.json").read_bytes())
+    ship_model.write_card(elsewhere, with_extra, json.loads(stats_file(tmp_path).read_text()), "c")
+    assert "after `python -m weasel run fetch-pretrain-text-v2`" in (elsewhere / "MODEL_CARD.md").read_text()
     # A run no better than the shipped model is refused.
     again = ship(run, target, "--corpus-stats", stats_file(tmp_path), "--command", "c", "--date", "2026-11-26")
     assert again.returncode != 0 and "not below the shipped model's" in again.stderr
