@@ -43,3 +43,18 @@ def test_no_memo_patch_left():
     for cfg in (PROJECT / "configs").glob("elmo_*.cfg"):
         text = cfg.read_text(encoding="utf-8")
         assert '@callbacks = "spacy_elmo.training_cache.v1"' in text, cfg.name
+
+
+def test_committed_configs_are_what_make_configs_writes(tmp_path):
+    """configs/ is make_configs.py's output, so a choice made there (e.g. MiniLM's
+    rate per task) is what the grid trains with."""
+    import make_configs
+
+    make_configs.main(tmp_path)
+    written = sorted(p.name for p in tmp_path.glob("*.cfg"))
+    assert written == sorted(p.name for p in (PROJECT / "configs").glob("*.cfg")) and len(written) == 12
+    for name in written:
+        assert (tmp_path / name).read_text(encoding="utf-8") == (PROJECT / "configs" / name).read_text(encoding="utf-8"), name
+    rates = {task: re.search(r"^initial_rate = (\S+)$", (PROJECT / "configs" / f"transformer_{task}.cfg").read_text(),
+                             re.M).group(1) for task in ("pos", "ner", "sentiment")}
+    assert rates == {"pos": "0.0002", "ner": "0.0002", "sentiment": "5e-05"}
