@@ -295,29 +295,34 @@ def build(system: str, task: str) -> str:
     return text
 
 
-def main(output_dir: Path = typer.Argument(Path("configs"), help="Where to write <system>_<task>.cfg")) -> None:
+def write(system: str, task: str, output_dir: Path) -> Path:
+    """Fill ``build(system, task)`` with spaCy's defaults into ``output_dir``."""
     import spacy_elmo.pipeline  # noqa: F401
     from spacy.cli.init_config import fill_config
     from thinc.api import Config
 
+    if system == "transformer":
+        import spacy_transformers  # noqa: F401
+    partial = output_dir / f".{system}_{task}.partial.cfg"
+    partial.write_text(build(system, task), encoding="utf-8")
+    path = output_dir / f"{system}_{task}.cfg"
+    fill_config(path, partial, silent=True)
+    partial.unlink()
+    extra = {
+        "baseline": "",
+        "transformer": " \\\n#     --paths.transformer assets/minilm",
+    }.get(system, " \\\n#     --paths.elmo_weights WEIGHTS.hdf5 --paths.elmo_options OPTIONS.json")
+    header = HEADER.format(system=system, task=task, corpus=CORPUS[task], extra=extra)
+    path.write_text(header + path.read_text(encoding="utf-8"), encoding="utf-8")
+    Config().from_disk(path)  # parses
+    return path
+
+
+def main(output_dir: Path = typer.Argument(Path("configs"), help="Where to write <system>_<task>.cfg")) -> None:
     output_dir.mkdir(parents=True, exist_ok=True)
     for system in SYSTEMS:
-        if system == "transformer":
-            import spacy_transformers  # noqa: F401
         for task in TASKS:
-            partial = output_dir / f".{system}_{task}.partial.cfg"
-            partial.write_text(build(system, task), encoding="utf-8")
-            path = output_dir / f"{system}_{task}.cfg"
-            fill_config(path, partial, silent=True)
-            partial.unlink()
-            extra = {
-                "baseline": "",
-                "transformer": " \\\n#     --paths.transformer assets/minilm",
-            }.get(system, " \\\n#     --paths.elmo_weights WEIGHTS.hdf5 --paths.elmo_options OPTIONS.json")
-            header = HEADER.format(system=system, task=task, corpus=CORPUS[task], extra=extra)
-            path.write_text(header + path.read_text(encoding="utf-8"), encoding="utf-8")
-            Config().from_disk(path)  # parses
-            typer.echo(f"wrote {path}")
+            typer.echo(f"wrote {write(system, task, output_dir)}")
 
 
 if __name__ == "__main__":
