@@ -10,7 +10,8 @@ model's training exported with ``python -m spacy_elmo export``):
 1. its held-out perplexity on ``--heldout`` (``python -m spacy_elmo
    perplexity``, the pretraining windows of 64 tokens) ->
    ``METRICS/LABEL/bilm.json``, with its training step and tokens seen when
-   ``DIR/history.jsonl`` or the export's run log says so;
+   ``DIR/history.jsonl`` says so (a shipped model's directory; an export of
+   a checkpoint has no record of them: name the step in its LABEL);
 2. ``run_grid.py TASK --systems SYSTEM --fractions F --seeds S`` with that
    biLM, into ``TRAINING/LABEL`` and ``METRICS/LABEL`` (the arguments after
    ``--`` go to run_grid unchanged: the same budget as the main grid). A run
