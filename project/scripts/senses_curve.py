@@ -1,7 +1,7 @@
 """Word senses along a pretraining run: do more tokens make the biLM tell senses apart?
 
     python scripts/senses_curve.py step2750=DIR1 step3000=DIR2 ... \\
-        [--bank ../examples/bank.txt] [--random senses_random.json] [--json OUT] [--markdown OUT.md]
+        [--run RUN] [--bank ../examples/bank.txt] [--random senses_random.json] [--json OUT]
 
 For each ``LABEL=DIR`` (an exported biLM, e.g. a campaign checkpoint written by
 ``python -m spacy_elmo export RUN DIR --checkpoint FILE``):
@@ -12,9 +12,9 @@ For each ``LABEL=DIR`` (an exported biLM, e.g. a campaign checkpoint written by
   the money query are money banks and how many of the 4 nearest to the river
   query are river banks (``--bank``: lines 1-8 river banks, 9-16 money banks,
   the same file and queries as the README's main job);
-* the step and tokens seen: a label ``stepN`` with ``--log RUN/log.jsonl``
-  (the run the checkpoints come from) gives step N and the tokens seen by
-  then; a shipped model directory's ``history.jsonl`` gives its own.
+* the step and tokens seen: a label ``stepN`` with ``--run RUN`` (the
+  pretraining run the checkpoints come from; its log may still be growing)
+  gives step N and the tokens seen by then; a shipped model directory's ``history.jsonl`` gives its own.
 
 ``--random`` takes a ``benchmarks/senses_baseline.py --json`` file of the
 same shape, so the table shows model - random (random weights do not depend
@@ -28,6 +28,7 @@ from typing import Dict, List, Optional
 
 import typer
 
+from campaign_snapshot import read_log
 from portable_paths import portable_path
 from registry_fetch import sha256_of
 
@@ -60,11 +61,11 @@ def bank_demo(bilm, bank: Path, layers: List) -> Dict[str, Dict[str, int]]:
     return out
 
 
-def run_info(label: str, directory: Path, log: Optional[Path]) -> dict:
+def run_info(label: str, directory: Path, run: Optional[Path]) -> dict:
     match = re.fullmatch(r"step(\d+)", label)
-    if match and log is not None:
+    if match and run is not None:
         step = int(match.group(1))
-        records = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+        records = read_log(run)
         seen = [r["tokens_seen"] for r in records if r.get("event") == "train" and r["step"] <= step]
         return {"step": step, "tokens_seen": max(seen)} if seen else {"step": step}
     history = directory / "history.jsonl"
@@ -78,7 +79,7 @@ def main(
     bilms: List[str] = typer.Argument(..., help="LABEL=DIR pairs (exported biLMs)"),
     bank: Path = typer.Option(REPO / "examples" / "bank.txt", help="The README demo's 16 bank sentences"),
     random: Optional[Path] = typer.Option(None, help="benchmarks/senses_baseline.py --json output of the same shape"),
-    log: Optional[Path] = typer.Option(None, help="The run's log.jsonl: steps and tokens seen for labels stepN"),
+    run: Optional[Path] = typer.Option(None, help="The pretraining run (its log.jsonl): steps and tokens seen for labels stepN"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the figures here"),
 ) -> None:
     from spacy_elmo.loading import load_bilm
@@ -94,7 +95,7 @@ def main(
         bilm = load_bilm(str(directory), None, progress=False).eval()
         layers = list(range(bilm.num_layers)) + ["mix"]
         senses = {m: {str(r["layer"]): r["accuracy"] for r in sense_eval(bilm, None, method=m)} for m in METHODS}
-        row = {"label": label, "dir": portable_path(directory), **run_info(label, directory, log),
+        row = {"label": label, "dir": portable_path(directory), **run_info(label, directory, run),
                "weights_sha256": sha256_of(directory / "weights.hdf5"),
                "senses": senses, "bank": bank_demo(bilm, bank, layers)}
         rows.append(row)

@@ -41,7 +41,7 @@ def money_banks_printed_by_neighbours(directory, layer):
 def test_bank_demo_counts_what_the_readme_command_prints(exported, tmp_path):
     run, directory = exported
     out = tmp_path / "curve.json"
-    senses_curve.main([f"step4={directory}"], BANK, None, run / "log.jsonl", out)
+    senses_curve.main([f"step4={directory}"], BANK, None, run, out)
     row = json.loads(out.read_text())["rows"][0]
     for layer in (1, 2):
         assert row["bank"][str(layer)]["money"] == money_banks_printed_by_neighbours(directory, layer)
@@ -54,8 +54,12 @@ def test_step_and_tokens_come_from_the_runs_log(exported, tmp_path):
     records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     at_step_2 = max(r["tokens_seen"] for r in records if r["event"] == "train" and r["step"] <= 2)
     assert 0 < at_step_2 < max(r["tokens_seen"] for r in records if r["event"] == "train")
+    live = tmp_path / "live"  # a run still training: its log may end in a line cut off mid-write
+    shutil.copytree(run, live)
+    with (live / "log.jsonl").open("a", encoding="utf-8") as fout:
+        fout.write('{"event": "train", "step": 5, "tok')
     out = tmp_path / "curve.json"
-    senses_curve.main([f"step2={directory}", f"final={directory}"], BANK, None, run / "log.jsonl", out)
+    senses_curve.main([f"step2={directory}", f"final={directory}"], BANK, None, live, out)
     rows = json.loads(out.read_text())["rows"]
     assert (rows[0]["step"], rows[0]["tokens_seen"]) == (2, at_step_2)
     assert "step" not in rows[1]  # not a stepN label, no history.jsonl
