@@ -40,7 +40,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from campaign_snapshot import copy_checkpoint
+from campaign_snapshot import copy_checkpoint, read_log
 from portable_paths import portable_config
 from registry_fetch import sha256_of
 
@@ -49,7 +49,7 @@ def run_summary(run: Path, step: Optional[int] = None, tokens_seen: Optional[int
     """The run's figures for the card. ``step`` (the shipped checkpoint's, with its
     ``tokens_seen``): the log up to that step, whose last record must be a held-out
     evaluation at that very step; None: the whole log (a finished run)."""
-    records = [json.loads(line) for line in (run / "log.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = read_log(run)  # a running campaign's last line may be cut off mid-write
     if step is not None:
         records = [r for r in records if int(r.get("step", 0)) <= step]
     config = json.loads((run / "config.json").read_text(encoding="utf-8"))
