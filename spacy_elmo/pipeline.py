@@ -234,7 +234,7 @@ class Elmo(ListenerHost, TrainablePipe):
         length together; the groups depend only on the stream, so outputs do
         not depend on ``batch_size``. Memory: a group's docs and layers,
         ``buffer_tokens`` (+ its last doc) x (L+1) x dim x 4 bytes (at the
-        default 16,384: 24 MiB for the shipped biLM, 192 MiB for AllenNLP's
+        default 16,384: 48 MiB for the shipped biLM, 192 MiB for AllenNLP's
         original), plus one biLM batch. The default is the smallest of a
         sweep that keeps the component within a few per cent of the biLM's
         one-call speed (docs/speed.md)."""
