@@ -7,7 +7,7 @@ Reads ``METRICS/<task>/<system>/f<fraction>_s<seed>.json`` (written by
 
 - ``README.md``: per task, a table of the systems at 100% of the training
   data (test score mean ± standard deviation over seeds, n = seeds; the other
-  scores; words/s of the speed benchmark; size on disk; training time,
+  scores; words/s of the speed benchmark, all words over all seconds; size on disk; training time,
   wall-clock and CPU); the sample-efficiency table (score per fraction);
   the learned ELMo mixes (softmax weights s_j and gamma per component and
   mix, mean over seeds at 100%);
@@ -98,7 +98,8 @@ def task_table(task: str, by_system: Dict) -> List[str]:
         timed = [r for r in runs if "speed" in r]
         if timed:
             r = timed[0]
-            row += [f"{r['speed']['words_per_s']:,.0f}", f"{r['size_bytes'] / 1e6:.1f}", f"{r['bilm_bytes'] / 1e6:.1f}"]
+            mark = "" if r["speed"].get("method") == "stream" else " †"
+            row += [f"{r['speed']['words_per_s']:,.0f}{mark}", f"{r['size_bytes'] / 1e6:.1f}", f"{r['bilm_bytes'] / 1e6:.1f}"]
         else:
             row += ["–", "–", "–"]
         row.append(fmt(*mean_sd([r["train_seconds"] for r in runs]), scale=1 / 60))
@@ -303,6 +304,14 @@ def main(
     for task, budget in budgets:
         lines.append(f"Budget, {task}: `{budget}`")
     lines += ["", f"{len(runs)} runs. Scores ×100; ± is the standard deviation over seeds (n runs).", ""]
+    speeds = [r["speed"] for r in runs if "speed" in r]
+    if speeds:
+        lines += ["words/s: all words / all seconds of `nlp.pipe` over the speed benchmark's stream "
+                  "(run_grid.py's `speed`, one run per system and task)."
+                  + (" † marks a figure from an older version of the benchmark, spaCy's mean of per-batch "
+                     "rates (close to the stream figure for a pipeline that does not buffer docs; "
+                     "the run's pipeline was not at hand to time again)."
+                     if any(s.get("method") != "stream" for s in speeds) else ""), ""]
     for task in TASKS:
         if task not in grid:
             continue
