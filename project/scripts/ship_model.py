@@ -293,8 +293,9 @@ requirements should weigh these sources.
 ## History
 
 Every shipped version (a new one ships only when its held-out perplexity
-is lower); senses: the best contextual layer's accuracy against random
-weights of the same shape; 1%-POS: ELMo against tok2vec:
+is lower); senses: the best accuracy of a contextual layer or the mean
+of the layers, nearest centroid or 1-NN, against the mean of random weights
+of the same shape; 1%-POS: ELMo against tok2vec:
 
 | shipped | step | tokens seen | training | parameters | forward | backward | mean | unigram | senses | 1%-POS |
 |---|---|---|---|---|---|---|---|---|---|---|
