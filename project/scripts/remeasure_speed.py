@@ -7,8 +7,8 @@ For every ``METRICS/<task>/<system>/f<pct>_s<seed>.json`` that has a speed
 figure (the first seed of the largest fraction) and whose pipeline
 ``TRAINING/<task>/<system>/f<pct>_s<seed>/model-best`` is on this machine:
 loads it, times it on the same test docs with the same docs/batches/batch
-size/warm-up as recorded, and replaces ``speed`` (the old figure is kept as
-``speed_before``). Runs whose pipeline is missing are listed and left as
+size/warm-up as recorded, and replaces ``speed`` (the figure it first
+replaced is kept as ``speed_before``). Runs whose pipeline is missing are listed and left as
 they are. Scores are not touched.
 """
 import json
@@ -48,7 +48,8 @@ def main(
         nlp = spacy.load(model)
         new = speed(nlp, corpus_dir / CORPUS[task] / "test.spacy", old["docs"], old["batches"],
                     old["warmup_epochs"], old["batch_size"])
-        run["speed_before"], run["speed"] = old, new
+        run.setdefault("speed_before", old)  # the first figure it replaced, kept across re-runs
+        run["speed"] = new
         path.write_text(json.dumps(run, indent=1), encoding="utf-8")
         typer.echo(f"{path}: {old['words_per_s']:,.0f} -> {new['words_per_s']:,.0f} words/s "
                    f"(batch mean {new['words_per_s_batch_mean']:,.0f})")
