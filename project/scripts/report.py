@@ -311,7 +311,12 @@ def main(
                   + (" † marks a figure from an older version of the benchmark, spaCy's mean of per-batch "
                      "rates (close to the stream figure for a pipeline that does not buffer docs; "
                      "the run's pipeline was not at hand to time again)."
-                     if any(s.get("method") != "stream" for s in speeds) else ""), ""]
+                     if any(s.get("method") != "stream" for s in speeds) else "")
+                  + (" Timed side by side in one process (`scripts/remeasure_speed.py --untrained`): each "
+                     "system's pipeline built from its config and initialised (the trained pipeline's work: "
+                     "training changes weight values, not shapes), every run timed in turn, "
+                     f"median of {max(len(s.get('rounds', [])) for s in speeds)} rounds."
+                     if any(s.get("pipeline") == "untrained" for s in speeds) else ""), ""]
     for task in TASKS:
         if task not in grid:
             continue

@@ -50,3 +50,67 @@ def test_speed_times_the_stream_of_a_buffering_pipeline(tmp_path):
     # spaCy's per-batch mean: one batch of four pays per group, the other three
     # are nearly free, so it overstates the stream's rate many times over.
     assert result["words_per_s_batch_mean"] > 3 * result["words_per_s"]
+
+
+# --- remeasure_speed.py: a grid timed again after its pipelines are gone ---
+
+import json
+from pathlib import Path
+
+import pytest
+from spacy.tokens import Doc
+
+import remeasure_speed
+
+PROJECT = Path(__file__).resolve().parents[1]
+PARITY = PROJECT.parent / "tests" / "fixtures" / "elmo-parity"
+
+
+def _tagged_corpus(root: Path) -> Path:
+    nlp = spacy.blank("en")
+    words = ["the", "old", "dog", "crossed", "a", "river"]
+    tags = ["DT", "JJ", "NN", "VBD", "DT", "NN"]
+    for part in ("train", "dev", "test"):
+        docs = [Doc(nlp.vocab, words=words[i % 3:] + ["."], tags=tags[i % 3:] + ["."]) for i in range(12)]
+        (root / "brown").mkdir(parents=True, exist_ok=True)
+        DocBin(docs=docs).to_disk(root / "brown" / f"{part}.spacy")
+    return root
+
+
+def _run(metrics: Path, system: str, **extra) -> Path:
+    path = metrics / "pos" / system / "f100_s0.json"
+    path.parent.mkdir(parents=True)
+    old = {"words_per_s": 1.0, "docs": 12, "batches": 2, "warmup_epochs": 1, "batch_size": 4, "method": "batch mean"}
+    path.write_text(json.dumps({"task": "pos", "system": system, "fraction": 100.0, "seed": 0,
+                                "test": {"tag_acc": 0.5}, "speed": old, **extra}), encoding="utf-8")
+    return path
+
+
+def _remeasure(metrics, corpus, untrained, rounds=1, weights=None, options=None):
+    remeasure_speed.main(metrics, metrics.parent / "training", corpus_dir=corpus, threads=1, rounds=rounds,
+                         untrained=untrained, configs=PROJECT / "configs", elmo_weights=weights,
+                         elmo_options=options, transformer=Path("no-transformer-here"))
+
+
+def test_remeasure_untrained_times_the_pipeline_built_from_its_config(tmp_path):
+    corpus = _tagged_corpus(tmp_path / "corpus")
+    path = _run(tmp_path / "metrics", "baseline")
+    _remeasure(tmp_path / "metrics", corpus, untrained=False)  # no model-best on disk: left as it is
+    assert json.loads(path.read_text())["speed"]["words_per_s"] == 1.0
+    _remeasure(tmp_path / "metrics", corpus, untrained=True, rounds=3)
+    run = json.loads(path.read_text())
+    new = run["speed"]
+    assert new["pipeline"] == "untrained" and new["method"] == "stream"
+    assert len(new["rounds"]) == 3 and new["words_per_s"] == sorted(new["rounds"])[1]
+    assert new["words"] > 0 and new["words_per_s"] == new["words"] / new["seconds"]
+    assert run["speed_before"]["words_per_s"] == 1.0 and run["test"] == {"tag_acc": 0.5}
+
+
+def test_remeasure_untrained_refuses_another_bilm(tmp_path):
+    corpus = _tagged_corpus(tmp_path / "corpus")
+    path = _run(tmp_path / "metrics", "elmo_tok2vec", provenance={"elmo_weights_sha256": "0" * 64,
+                                                                 "elmo_weights": "w.hdf5"})
+    with pytest.raises(SystemExit, match="is not the biLM pos/elmo_tok2vec was trained with"):
+        _remeasure(tmp_path / "metrics", corpus, untrained=True, weights=PARITY / "weights.hdf5",
+                   options=PARITY / "options.json")
+    assert json.loads(path.read_text())["speed"]["words_per_s"] == 1.0
