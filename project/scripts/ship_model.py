@@ -52,7 +52,7 @@ def run_summary(run: Path, step: Optional[int] = None, tokens_seen: Optional[int
     records = read_log(run)  # a running campaign's last line may be cut off mid-write
     if step is not None:
         records = [r for r in records if int(r.get("step", 0)) <= step]
-    config = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    config = run_config(run)
     starts = [r for r in records if r["event"] in ("start", "resume")]
     evals = [r for r in records if r["event"] == "eval"]
     trains = [r for r in records if r["event"] == "train"]
@@ -87,6 +87,17 @@ def run_summary(run: Path, step: Optional[int] = None, tokens_seen: Optional[int
         "config": portable_config(config),
         "curve": [(r["step"], r["dev_ppl"]) for r in evals],
     }
+
+
+def run_config(run: Path) -> dict:
+    """The run's pretraining settings: its ``config.json``, or those kept in the
+    ``snapshot.json`` of a committed snapshot (``campaign_snapshot.py``), so that a
+    run whose directory is gone can still be named with ``--earlier``."""
+    if (run / "config.json").exists():
+        return json.loads((run / "config.json").read_text(encoding="utf-8"))
+    if (run / "snapshot.json").exists():
+        return json.loads((run / "snapshot.json").read_text(encoding="utf-8"))["config"]
+    raise SystemExit(f"{run}: neither config.json (a run directory) nor snapshot.json (a campaign snapshot)")
 
 
 def machine() -> str:
@@ -327,7 +338,8 @@ def main() -> None:
     parser.add_argument("--command", default=None, help="the command that trained the run, for the card")
     parser.add_argument("--date", default=None, help="shipping date, for the history")
     parser.add_argument("--earlier", type=Path, action="append", default=[],
-                        help="a run that RUN continued (with --init from its export): its steps, tokens and time are added")
+                        help="a run that RUN continued (with --init from its export), or its committed snapshot "
+                             "(campaign_snapshot.py): its steps, tokens and time are added")
     parser.add_argument("--note", default=None, help="a remark printed under the command in the card (e.g. how the run was resumed)")
     parser.add_argument("--senses", type=Path, default=None, help="benchmarks/senses_baseline.py --json output for these weights")
     parser.add_argument("--downstream", type=Path, default=None, help="the project's reports/summary.json with these weights")
@@ -397,7 +409,7 @@ def ship(args) -> None:
     summary["command"] = args.command
     summary["note"] = args.note or ""
     stats = json.loads(args.corpus_stats.read_text(encoding="utf-8"))
-    config = json.loads((args.run / "config.json").read_text(encoding="utf-8"))
+    config = run_config(args.run)
     summary["corpus"] = corpus_used(config, stats)
     history = read_history(args.target)
     if history and summary["dev_ppl"] >= history[-1]["dev_ppl"] and not args.force:

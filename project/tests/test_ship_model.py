@@ -105,3 +105,29 @@ def test_the_shipped_checkpoint_needs_an_evaluation_at_its_step(run):
     assert (summary["step"], summary["tokens_seen"]) == (4, 123)
     with pytest.raises(SystemExit, match="no held-out evaluation at step 3"):
         ship_model.run_summary(run, 3, 100)
+
+
+def test_a_committed_snapshot_counts_as_the_earlier_run(run, tmp_path):
+    """A campaign continued with --init after its run directory was lost: the
+    earlier stage is read from its committed snapshot (log.jsonl + snapshot.json)."""
+    import campaign_snapshot
+
+    snapshot = tmp_path / "snap"
+    campaign_snapshot.main(run, snapshot, check=None)
+    assert not (snapshot / "config.json").exists()
+    before = ship_model.run_summary(snapshot)
+    direct = ship_model.run_summary(run)
+    assert (before["step"], before["tokens_seen"], before["dev_ppl"]) == (direct["step"], direct["tokens_seen"],
+                                                                        direct["dev_ppl"])
+    target = tmp_path / "english"
+    result = ship(run, target, "--corpus-stats", stats_file(tmp_path), "--command", "c", "--date", "2026-11-25",
+                  "--earlier", snapshot)
+    assert result.returncode == 0, result.stderr
+    shipped = json.loads((target / "history.jsonl").read_text().splitlines()[-1])
+    assert shipped["step"] == 2 * direct["step"] and shipped["tokens_seen"] == 2 * direct["tokens_seen"]
+    assert shipped["stages"] == [{k: direct[k] for k in ("step", "tokens_seen", "train_hours", "dev_ppl")}]
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "log.jsonl").write_bytes((run / "log.jsonl").read_bytes())
+    with pytest.raises(SystemExit, match="neither config.json"):
+        ship_model.run_summary(bare)
