@@ -15,7 +15,9 @@ A run that continued a committed snapshot (``pretrain --init DIR`` where
 ``DIR`` holds ``campaign_snapshot.py``'s ``snapshot.json`` and ``log.jsonl``)
 counts its tokens from 0; its curve is drawn after the snapshot's, its
 tokens shifted by the snapshot's ``tokens_seen``, so that one campaign is
-one curve across machines.
+one curve across machines. ``--after RUN=EARLIER`` says the same where the
+``--init`` directory was another copy of EARLIER's weights (the shipped
+model that EARLIER's snapshot became).
 """
 import json
 import math
@@ -43,20 +45,34 @@ def parse_line(text: str) -> Tuple[str, float]:
         raise typer.BadParameter(f"--line {text!r}: give LABEL:PERPLEXITY") from None
 
 
-def chained_curve(run: Path) -> List[Tuple[int, float]]:
-    """The run's evaluations, after those of the snapshot it was started
-    from with ``--init`` (when that directory holds a snapshot), its tokens
-    shifted by the snapshot's; a run that did not start from a snapshot:
-    its own curve."""
+def chained_curve(run: Path, earlier: Optional[Path] = None) -> List[Tuple[int, float]]:
+    """The run's evaluations, after those of the run it continued, its tokens
+    shifted by that run's: ``earlier`` (a snapshot or a run directory, named
+    with ``--after`` when the run's ``--init`` was another copy of its
+    weights, e.g. the shipped model), else the snapshot its ``--init``
+    directory holds; a run that continued neither: its own curve."""
     curve = eval_curve(run)
-    config = run / "config.json"
-    init = json.loads(config.read_text(encoding="utf-8")).get("init") if config.is_file() else None
-    snapshot = Path(init) / "snapshot.json" if init else None
-    if snapshot is None or not snapshot.is_file() or not (snapshot.parent / "log.jsonl").is_file():
+    if earlier is None:
+        config = run / "config.json"
+        init = json.loads(config.read_text(encoding="utf-8")).get("init") if config.is_file() else None
+        if init and (Path(init) / "snapshot.json").is_file() and (Path(init) / "log.jsonl").is_file():
+            earlier = Path(init)
+    if earlier is None:
         return curve
-    offset = int(json.loads(snapshot.read_text(encoding="utf-8"))["tokens_seen"])
-    before = [(t, p) for t, p in chained_curve(snapshot.parent) if t <= offset]
-    return before + [(t + offset, p) for t, p in curve]
+    before = chained_curve(earlier)
+    snapshot = earlier / "snapshot.json"
+    offset = (int(json.loads(snapshot.read_text(encoding="utf-8"))["tokens_seen"]) if snapshot.is_file()
+              else max((t for t, _ in before), default=0))
+    return [(t, p) for t, p in before if t <= offset] + [(t + offset, p) for t, p in curve]
+
+
+def parse_after(text: str) -> Tuple[str, Path]:
+    run, sep, earlier = text.partition("=")
+    if not sep or not run or not earlier:
+        raise typer.BadParameter(f"--after {text!r}: give RUN=EARLIER (RUN continued EARLIER's weights)")
+    if not (Path(earlier) / "log.jsonl").is_file():
+        raise typer.BadParameter(f"--after {text!r}: {earlier} has no log.jsonl (give a run or a snapshot)")
+    return run, Path(earlier)
 
 
 def per_doubling(curve: List[Tuple[int, float]]) -> List[Optional[float]]:
@@ -74,14 +90,17 @@ def main(
     point: List[str] = typer.Option([], help="a reference point LABEL:TOKENS:PERPLEXITY (repeatable)"),
     line: List[str] = typer.Option([], help="a horizontal line LABEL:PERPLEXITY (repeatable)"),
     plot: Optional[Path] = typer.Option(None, help="write the plot here (PNG)"),
+    after: List[str] = typer.Option([], help="RUN=EARLIER: RUN continued EARLIER (a run or snapshot) with "
+                                    "--init from another copy of its weights; drawn after it (repeatable)"),
 ) -> None:
     points = [parse_point(p) for p in point]
+    continued = {Path(r).resolve(): e for r, e in map(parse_after, after)}
     lines = [parse_line(h) for h in line]
     curves = {}
     for run in runs:
         if not (run / "log.jsonl").is_file():
             raise typer.BadParameter(f"{run}: no log.jsonl (give a pretrain output directory)")
-        curves[run.name] = chained_curve(run)
+        curves[run.name] = chained_curve(run, continued.get(run.resolve()))
     for name, curve in curves.items():
         print(f"{name}:\n\n| tokens seen | held-out ppl | change per doubling |\n|---|---|---|")
         for (tokens, ppl), slope in zip(curve, per_doubling(curve)):

@@ -64,3 +64,23 @@ def test_a_run_continued_from_a_snapshot_is_drawn_after_it(tmp_path):
     # --init from a plain export (no snapshot.json): the run's own curve.
     (snap / "snapshot.json").unlink()
     assert campaign_curve.chained_curve(run) == [(500_000, 350.0)]
+
+
+def test_after_chains_a_run_started_from_another_copy_of_the_weights(tmp_path):
+    snap = write_run(tmp_path / "snapshot", [
+        {"event": "train", "step": 100, "tokens_seen": 1_000_000},
+        {"event": "eval", "step": 100, "dev_ppl": 400.0},
+    ])
+    (snap / "snapshot.json").write_text(json.dumps({"step": 100, "tokens_seen": 1_000_000}), encoding="utf-8")
+    run = write_run(tmp_path / "continued", [
+        {"event": "train", "step": 50, "tokens_seen": 500_000},
+        {"event": "eval", "step": 50, "dev_ppl": 350.0},
+    ])
+    (run / "config.json").write_text(json.dumps({"init": str(tmp_path / "shipped")}), encoding="utf-8")
+    assert campaign_curve.chained_curve(run) == [(500_000, 350.0)]
+    assert campaign_curve.chained_curve(run, snap) == [(1_000_000, 400.0), (1_500_000, 350.0)]
+    assert campaign_curve.parse_after(f"{run}={snap}") == (str(run), snap)
+    with pytest.raises(typer.BadParameter, match="RUN=EARLIER"):
+        campaign_curve.parse_after(str(run))
+    with pytest.raises(typer.BadParameter, match="no log.jsonl"):
+        campaign_curve.parse_after(f"{run}={tmp_path}")
