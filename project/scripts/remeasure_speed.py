@@ -43,8 +43,9 @@ from run_grid import CORPUS, ELMO_SYSTEMS, make_slice, speed
 
 
 def untrained_pipeline(run: dict, config_path: Path, corpus_dir: Path, elmo_weights: Optional[Path],
-                       elmo_options: Optional[Path], transformer: Path, workdir: Path):
-    """The run's pipeline, initialised from its config and loaded back from disk."""
+                       elmo_sha256: Optional[str], elmo_options: Optional[Path], transformer: Path, workdir: Path):
+    """The run's pipeline, initialised from its config and loaded back from disk
+    (``elmo_sha256``: that of ``elmo_weights``, hashed once for all runs)."""
     import spacy
     from spacy import util
     from spacy.training.initialize import init_nlp
@@ -58,7 +59,7 @@ def untrained_pipeline(run: dict, config_path: Path, corpus_dir: Path, elmo_weig
         if elmo_weights is None or elmo_options is None:
             raise SystemExit(f"{run['system']} needs --elmo-weights and --elmo-options to be built untrained")
         trained_with = run.get("provenance", {}).get("elmo_weights_sha256")
-        if trained_with and sha256_of(elmo_weights) != trained_with:
+        if trained_with and elmo_sha256 != trained_with:
             raise SystemExit(f"--elmo-weights {elmo_weights} is not the biLM {run['task']}/{run['system']} was trained "
                              f"with (sha256 {trained_with[:16]}...): its speed would be another model's. Give that "
                              f"model's weights ({run['provenance'].get('elmo_weights')}).")
@@ -95,6 +96,7 @@ def main(
 
     if threads > 0:
         torch.set_num_threads(threads)
+    elmo_sha256 = sha256_of(elmo_weights) if untrained and elmo_weights is not None else None
     jobs: List[tuple] = []
     with tempfile.TemporaryDirectory() as workdir:
         for path in sorted(metrics.glob("*/*/*.json")):
@@ -107,7 +109,7 @@ def main(
                 continue
             if untrained:
                 nlp = untrained_pipeline(run, configs / f"{system}_{task}.cfg", corpus_dir, elmo_weights,
-                                         elmo_options, transformer, Path(workdir))
+                                         elmo_sha256, elmo_options, transformer, Path(workdir))
             else:
                 model = training / task / system / path.stem / "model-best"
                 if not model.exists():

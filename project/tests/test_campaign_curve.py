@@ -49,7 +49,9 @@ def test_bad_arguments_are_named(tmp_path):
     assert "no log.jsonl" in result.output
 
 
-def test_a_run_continued_from_a_snapshot_is_drawn_after_it(tmp_path):
+def snapshot_and_continued(tmp_path, init=None):
+    """A snapshot (1M tokens, ppl 400) and a run of 500k tokens (ppl 350) started
+    with --init INIT (default: the snapshot itself)."""
     snap = write_run(tmp_path / "snapshot", [
         {"event": "train", "step": 100, "tokens_seen": 1_000_000},
         {"event": "eval", "step": 100, "dev_ppl": 400.0},
@@ -59,7 +61,12 @@ def test_a_run_continued_from_a_snapshot_is_drawn_after_it(tmp_path):
         {"event": "train", "step": 50, "tokens_seen": 500_000},
         {"event": "eval", "step": 50, "dev_ppl": 350.0},
     ])
-    (run / "config.json").write_text(json.dumps({"init": str(snap)}), encoding="utf-8")
+    (run / "config.json").write_text(json.dumps({"init": str(init or snap)}), encoding="utf-8")
+    return snap, run
+
+
+def test_a_run_continued_from_a_snapshot_is_drawn_after_it(tmp_path):
+    snap, run = snapshot_and_continued(tmp_path)
     assert campaign_curve.chained_curve(run) == [(1_000_000, 400.0), (1_500_000, 350.0)]
     # --init from a plain export (no snapshot.json): the run's own curve.
     (snap / "snapshot.json").unlink()
@@ -67,16 +74,7 @@ def test_a_run_continued_from_a_snapshot_is_drawn_after_it(tmp_path):
 
 
 def test_after_chains_a_run_started_from_another_copy_of_the_weights(tmp_path):
-    snap = write_run(tmp_path / "snapshot", [
-        {"event": "train", "step": 100, "tokens_seen": 1_000_000},
-        {"event": "eval", "step": 100, "dev_ppl": 400.0},
-    ])
-    (snap / "snapshot.json").write_text(json.dumps({"step": 100, "tokens_seen": 1_000_000}), encoding="utf-8")
-    run = write_run(tmp_path / "continued", [
-        {"event": "train", "step": 50, "tokens_seen": 500_000},
-        {"event": "eval", "step": 50, "dev_ppl": 350.0},
-    ])
-    (run / "config.json").write_text(json.dumps({"init": str(tmp_path / "shipped")}), encoding="utf-8")
+    snap, run = snapshot_and_continued(tmp_path, init=tmp_path / "shipped")
     assert campaign_curve.chained_curve(run) == [(500_000, 350.0)]
     assert campaign_curve.chained_curve(run, snap) == [(1_000_000, 400.0), (1_500_000, 350.0)]
     assert campaign_curve.parse_after(f"{run}={snap}") == (str(run), snap)

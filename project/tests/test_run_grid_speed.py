@@ -1,10 +1,14 @@
-"""run_grid.speed: words/s over the whole stream, not spaCy's mean of per-batch rates."""
+"""run_grid.speed: words/s over the whole stream, not spaCy's mean of per-batch rates; remeasure_speed.py times a grid again, from trained or untrained pipelines."""
+import json
 import time
+from pathlib import Path
 
+import pytest
 import spacy
 from spacy.language import Language
-from spacy.tokens import DocBin
+from spacy.tokens import Doc, DocBin
 
+import remeasure_speed
 from run_grid import speed
 
 GROUP_DOCS = 32  # docs a buffering component collects before it works
@@ -53,14 +57,6 @@ def test_speed_times_the_stream_of_a_buffering_pipeline(tmp_path):
 
 
 # --- remeasure_speed.py: a grid timed again after its pipelines are gone ---
-
-import json
-from pathlib import Path
-
-import pytest
-from spacy.tokens import Doc
-
-import remeasure_speed
 
 PROJECT = Path(__file__).resolve().parents[1]
 PARITY = PROJECT.parent / "tests" / "fixtures" / "elmo-parity"
