@@ -6,16 +6,16 @@ Reads ``METRICS/<task>/<system>/f<fraction>_s<seed>.json`` (written by
 ``run_grid.py``) and writes into OUTPUT:
 
 - ``README.md``: per task, a table of the systems at 100% of the training
-  data (test score mean ± standard deviation over seeds, n = seeds; the other
+  data, or at the task's largest fraction where none ran 100% (test score mean ± standard deviation over seeds, n = seeds; the other
   scores; words/s of the speed benchmark, all words over all seconds; size on disk; training time,
   wall-clock and CPU); the sample-efficiency table (score per fraction);
   the learned ELMo mixes (softmax weights s_j and gamma per component and
-  mix, mean over seeds at 100%);
+  mix, mean over seeds at the main table's fraction);
 - ``sample_efficiency.png``: test score against the fraction of training
   data, per task and system (error bars: standard deviation over seeds);
 - ``mixes.png``: s_j per layer and gamma, per task, system and mix;
 - ``curves.png``: dev score against step and against training seconds, for
-  the first seed at 100%, per task and system;
+  the first seed at the main table's fraction, per task and system;
 - ``summary.json``: the aggregated numbers;
 - with ``--trend DIR`` (``trend.py``'s output): the task score against the
   biLM's held-out perplexity, a table and ``trend.png``.
@@ -82,14 +82,23 @@ def aggregate(runs: List[dict]) -> Dict:
     return grid
 
 
+def main_fraction(by_system: Dict) -> float:
+    """The fraction a task's main table shows: 100% where any system ran it,
+    else the largest fraction in the grid (the converged grid runs POS at 1%
+    only)."""
+    fractions = {f for runs in by_system.values() for f in runs}
+    return 100.0 if 100.0 in fractions else max(fractions)
+
+
 def task_table(task: str, by_system: Dict) -> List[str]:
     _, key, label = TASKS[task]
+    fraction = main_fraction(by_system)
     extra = EXTRA_SCORES.get(task, [])
     head = ["system", f"test {label}"] + [name for _, name in extra] + [
         "words/s", "size (MB)", "of which biLM", "train time (min)", "train CPU (min)", "steps", "dev best"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for system in order(by_system):
-        runs = by_system[system].get(100.0, [])
+        runs = by_system[system].get(fraction, [])
         if not runs:
             continue
         row = [SYSTEM_NAMES.get(system, system), fmt(*mean_sd([r["test"].get(key) for r in runs]))]
@@ -125,7 +134,7 @@ def efficiency_table(task: str, by_system: Dict) -> List[str]:
 def mix_rows(task: str, by_system: Dict) -> List[List[str]]:
     rows = []
     for system in order(by_system):
-        runs = by_system[system].get(100.0, []) or by_system[system][max(by_system[system])]
+        runs = by_system[system].get(main_fraction(by_system), []) or by_system[system][max(by_system[system])]
         names = sorted({name for r in runs for name in r.get("mixes", {})})
         for name in names:
             ss = [r["mixes"][name]["s"] for r in runs if name in r.get("mixes", {})]
@@ -190,7 +199,7 @@ def plots(grid: Dict, output: Path) -> List[str]:
         fig, axes = plt.subplots(2, len(tasks), figsize=(5.5 * len(tasks), 7), squeeze=False)
         for col, task in enumerate(tasks):
             for system in order(grid[task]):
-                runs = grid[task][system].get(100.0) or grid[task][system][max(grid[task][system])]
+                runs = grid[task][system].get(main_fraction(grid[task])) or grid[task][system][max(grid[task][system])]
                 run = min(runs, key=lambda r: r["seed"])
                 curve = run.get("curve", [])
                 if not curve:
@@ -320,7 +329,7 @@ def main(
     for task in TASKS:
         if task not in grid:
             continue
-        lines += [f"## {TASKS[task][0]}", "", "At 100% of the training data:", ""]
+        lines += [f"## {TASKS[task][0]}", "", f"At {main_fraction(grid[task]):g}% of the training data:", ""]
         lines += task_table(task, grid[task]) + [""]
         eff = efficiency_table(task, grid[task])
         if eff:
@@ -328,7 +337,7 @@ def main(
     mixes = [row for task in TASKS if task in grid for row in mix_rows(task, grid[task])]
     if mixes:
         lines += ["## Learned ELMo mixes", "",
-                  "softmax(w) per biLM layer (0 = token encoder) and gamma; mean over seeds at 100%. "
+                  "softmax(w) per biLM layer (0 = token encoder) and gamma; mean over seeds at the fraction of the task's main table. "
                   "`name[1]` is a component's second mix (ELMo at the output).", ""]
         n_layers = max(len(row[3]) for row in mixes)
         lines.append("| task | system | mix | " + " | ".join(f"s_{j}" for j in range(n_layers)) + " | gamma | n |")
