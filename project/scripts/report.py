@@ -6,8 +6,8 @@ Reads ``METRICS/<task>/<system>/f<fraction>_s<seed>.json`` (written by
 ``run_grid.py``) and writes into OUTPUT:
 
 - ``README.md``: per task, a table of the systems at 100% of the training
-  data, or at the task's largest fraction where none ran 100% (test score mean ± standard deviation over seeds, n = seeds; the other
-  scores; words/s of the speed benchmark, all words over all seconds; size on disk; training time,
+  data, or at the task's largest fraction where none ran 100% (test score
+  mean ± standard deviation over seeds, n = seeds; the other scores; words/s of the speed benchmark, all words over all seconds; size on disk; training time,
   wall-clock and CPU); the sample-efficiency table (score per fraction);
   the learned ELMo mixes (softmax weights s_j and gamma per component and
   mix, mean over seeds at the main table's fraction);
