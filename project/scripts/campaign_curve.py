@@ -22,7 +22,7 @@ model that EARLIER's snapshot became).
 import json
 import math
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import typer
 
@@ -45,12 +45,20 @@ def parse_line(text: str) -> Tuple[str, float]:
         raise typer.BadParameter(f"--line {text!r}: give LABEL:PERPLEXITY") from None
 
 
-def chained_curve(run: Path, earlier: Optional[Path] = None) -> List[Tuple[int, float]]:
+def chained_curve(run: Path, earlier: Optional[Path] = None,
+                  continued: Optional[Dict[Path, Path]] = None) -> List[Tuple[int, float]]:
     """The run's evaluations, after those of the run it continued, its tokens
     shifted by that run's: ``earlier`` (a snapshot or a run directory, named
     with ``--after`` when the run's ``--init`` was another copy of its
     weights, e.g. the shipped model), else the snapshot its ``--init``
-    directory holds; a run that continued neither: its own curve."""
+    directory holds; a run that continued neither: its own curve. The
+    earlier run is chained the same way (``continued``: every ``--after``),
+    so that a campaign of several stages is one curve."""
+    return _chain(run, earlier, continued or {})[0]
+
+
+def _chain(run: Path, earlier: Optional[Path], continued: Dict[Path, Path]) -> Tuple[List[Tuple[int, float]], int]:
+    """(the chained curve, the tokens its own evaluations are shifted by)."""
     curve = eval_curve(run)
     if earlier is None:
         config = run / "config.json"
@@ -58,12 +66,13 @@ def chained_curve(run: Path, earlier: Optional[Path] = None) -> List[Tuple[int, 
         if init and (Path(init) / "snapshot.json").is_file() and (Path(init) / "log.jsonl").is_file():
             earlier = Path(init)
     if earlier is None:
-        return curve
-    before = chained_curve(earlier)
+        return curve, 0
+    before, shift = _chain(earlier, continued.get(earlier.resolve()), continued)
     snapshot = earlier / "snapshot.json"
-    offset = (int(json.loads(snapshot.read_text(encoding="utf-8"))["tokens_seen"]) if snapshot.is_file()
-              else max((t for t, _ in before), default=0))
-    return [(t, p) for t, p in before if t <= offset] + [(t + offset, p) for t, p in curve]
+    own = (int(json.loads(snapshot.read_text(encoding="utf-8"))["tokens_seen"]) if snapshot.is_file()
+           else max((t for t, _ in before), default=shift) - shift)
+    offset = shift + own
+    return [(t, p) for t, p in before if t <= offset] + [(t + offset, p) for t, p in curve], offset
 
 
 def parse_after(text: str) -> Tuple[str, Path]:
@@ -100,7 +109,7 @@ def main(
     for run in runs:
         if not (run / "log.jsonl").is_file():
             raise typer.BadParameter(f"{run}: no log.jsonl (give a pretrain output directory)")
-        curves[run.name] = chained_curve(run, continued.get(run.resolve()))
+        curves[run.name] = chained_curve(run, continued.get(run.resolve()), continued)
     for name, curve in curves.items():
         print(f"{name}:\n\n| tokens seen | held-out ppl | change per doubling |\n|---|---|---|")
         for (tokens, ppl), slope in zip(curve, per_doubling(curve)):

@@ -89,6 +89,27 @@ def run_summary(run: Path, step: Optional[int] = None, tokens_seen: Optional[int
     }
 
 
+def finished_run(run: Path, export_dir: Path) -> tuple:
+    """The step and tokens seen of a run that trained to its end, whose final
+    weights are ``export_dir``: the log must end with the run's ``end`` record
+    (the weights `pretrain` exports at the end are those of that step), and
+    the export must be of RUN (its options and vocabulary)."""
+    records = read_log(run)
+    ends = [r for r in records if r["event"] == "end"]
+    if not ends or records[-1]["event"] != "end":
+        raise SystemExit(f"{run}: its log does not end with the run's end, so {export_dir} may not be its final "
+                         "weights; ship a checkpoint instead (--checkpoint)")
+    for name in ("weights.hdf5", "options.json", "vocab.txt", "softmax.hdf5"):
+        if not (export_dir / name).is_file():
+            raise SystemExit(f"{export_dir}: no {name} (give the directory `pretrain` exported to)")
+    if json.loads((export_dir / "options.json").read_text(encoding="utf-8")) != json.loads(
+            (run / "options.json").read_text(encoding="utf-8")):
+        raise SystemExit(f"{export_dir}/options.json differs from {run}/options.json: not this run's export")
+    step = int(ends[-1]["step"])
+    trains = [r for r in records if r["event"] == "train" and int(r["step"]) <= step]
+    return step, int(trains[-1]["tokens_seen"])
+
+
 def run_config(run: Path) -> dict:
     """The run's pretraining settings: its ``config.json``, or those kept in the
     ``snapshot.json`` of a committed snapshot (``campaign_snapshot.py``), so that a
@@ -212,7 +233,8 @@ def write_card(target: Path, history: list, stats: dict, command: str, note: str
     stages_text = ""
     if current.get("stages"):
         parts = [f"{st['step']:,} (held-out {st['dev_ppl']:.0f})" for st in current["stages"]]
-        stages_text = " in stages: " + ", then ".join(parts) + ", then the rest continued from that export (`--init`)"
+        stages_text = (" in stages: " + ", then ".join(parts) + ", then the rest continued from that export (`--init`);"
+                       " the last stage's steps")
     rows = "\n".join(
         f"| {h['shipped']} | {h['step']:,} | {h['tokens_seen'] / 1e6:.1f}M | {h['train_hours']:.1f} h | "
         f"{h['parameters'] / 1e6:.1f}M | "
@@ -231,12 +253,16 @@ def write_card(target: Path, history: list, stats: dict, command: str, note: str
                   "lines in `heldout_new.txt`, not in the slice the perplexities above are measured on.") if extra else ""
     # The corpus with the extra sources is the v2 fetch command's.
     fetch_command = "fetch-pretrain-text-v2" if extra else "fetch-pretrain-text"
+    on_gpu = any(word in current["machine"] for word in ("NVIDIA", "GPU"))
+    where = "on CPUs and, for part of its training, a GPU" if on_gpu else "on a CPU"
+    threads = "" if on_gpu else "; torch threads as in the command below; the machine ran other work beside it"
+    last = "last stage: " if current.get("stages") else ""
     text = f"""# The shipped English biLM
 
 What `nlp.add_pipe("elmo")` loads when no weights are given (also by the
 names `english` and `default`). A small ELMo biLM pretrained by this
 project on about {total_train / 1e6:.0f}M words of English prose from the
-package registries, on a CPU. It is far smaller and has seen far less text
+package registries, {where}. It is far smaller and has seen far less text
 than AllenNLP's published models (which are available by name when online:
 see the README's "Models"); it exists so that the package gives real
 contextual English vectors offline.
@@ -255,11 +281,11 @@ contextual English vectors offline.
 
 | | |
 |---|---|
-| steps | {current['step']:,} optimizer steps{stages_text}, of {cfg['batch_size']} windows per process (at most {cfg['max_tokens']} tokens each) |
+| steps | {current['step']:,} optimizer steps{stages_text}{'' if stages_text else ','} of {cfg['batch_size']} windows per process (at most {cfg['max_tokens']} tokens each) |
 | tokens seen | {current['tokens_seen']:,} ({current['tokens_seen'] / current['corpus_tokens']:.2f} passes over the {current['corpus_tokens']:,} training tokens) |
-| optimizer | {cfg['optimizer']}, lr {cfg['lr']}, {cfg['warmup_steps']} warm-up steps, {cfg['schedule']} decay to 0 at step {cfg['max_steps']:,}; dropout {cfg['dropout']}; gradient norm clip {cfg['clip_norm']} |
+| optimizer | {last}{cfg['optimizer']}, lr {cfg['lr']}, {cfg['warmup_steps']} warm-up steps, {cfg['schedule']} decay to 0 at step {cfg['max_steps']:,}; dropout {cfg['dropout']}; gradient norm clip {cfg['clip_norm']} |
 | wall time | {current['train_hours']:.1f} h of training |
-| hardware | {current['machine']}; torch threads as in the command below; the machine ran other work beside it |
+| hardware | {current['machine']}{threads} |
 
 Held-out perplexity ({current['dev_tokens']:,} held-out tokens per direction, never trained on; exact for
 the model's adaptive softmax over {current['vocab_size']:,} words, with out-of-vocabulary words as `<UNK>`):
@@ -347,6 +373,12 @@ def main() -> None:
                         help="add --senses/--downstream to the shipped version and rewrite its card; no new weights")
     parser.add_argument("--checkpoint", type=Path, default=None,
                         help="the checkpoint to ship (default: RUN's last.pt); its step must have a held-out evaluation")
+    parser.add_argument("--export", type=Path, default=None,
+                        help="ship this export of RUN's finished training (its final weights, as `pretrain` wrote them "
+                             "to RUN/export) instead of a checkpoint: for a run trained on another machine whose "
+                             "checkpoints stayed there")
+    parser.add_argument("--machine", default=None,
+                        help="where RUN trained, for the card (default: this machine's processor)")
     parser.add_argument("--force", action="store_true")
     args = parser.parse_args()
     if args.update_card:
@@ -395,16 +427,27 @@ def ship(args) -> None:
     from spacy_elmo.pretrain import export
 
     tmp_dir = tempfile.TemporaryDirectory()
-    checkpoint, step, tokens_seen = copy_checkpoint(args.run, Path(tmp_dir.name), args.checkpoint)
+    if args.export is not None:
+        if args.checkpoint is not None:
+            raise SystemExit("give --export or --checkpoint, not both")
+        checkpoint, step, tokens_seen = None, *finished_run(args.run, args.export)
+    else:
+        checkpoint, step, tokens_seen = copy_checkpoint(args.run, Path(tmp_dir.name), args.checkpoint)
     summary = run_summary(args.run, step, tokens_seen)
     stages = []
     for earlier in args.earlier:
         before = run_summary(earlier)
+        snapshot = earlier / "snapshot.json"
+        if snapshot.exists():  # a snapshot's step may lie after its log's last evaluation
+            record = json.loads(snapshot.read_text(encoding="utf-8"))
+            before["step"], before["tokens_seen"] = record["step"], record["tokens_seen"]
+            if record.get("check"):  # measured at that very step (campaign_snapshot.py --check)
+                before["dev_ppl"] = record["check"]["ppl"]["float32"]
         stages.append({k: before[k] for k in ("step", "tokens_seen", "train_hours", "dev_ppl")})
         for key in ("step", "tokens_seen", "train_hours"):
             summary[key] += before[key]
     summary["stages"] = stages
-    summary["machine"] = machine()
+    summary["machine"] = args.machine or machine()
     summary["shipped"] = args.date
     summary["command"] = args.command
     summary["note"] = args.note or ""
@@ -418,7 +461,11 @@ def ship(args) -> None:
             f"{history[-1]['dev_ppl']:.1f}: not shipped (--force to ship anyway)"
         )
     with tmp_dir as tmp:
-        export(args.run, Path(tmp), checkpoint)
+        if checkpoint is None:
+            for name in ("weights.hdf5", "options.json", "vocab.txt", "softmax.hdf5"):
+                shutil.copyfile(args.export / name, Path(tmp) / name)
+        else:
+            export(args.run, Path(tmp), checkpoint)
         if args.senses is not None:
             summary["senses"] = senses_record(args.senses, Path(tmp) / "weights.hdf5")
         if args.downstream is not None:

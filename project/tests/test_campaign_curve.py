@@ -82,3 +82,26 @@ def test_after_chains_a_run_started_from_another_copy_of_the_weights(tmp_path):
         campaign_curve.parse_after(str(run))
     with pytest.raises(typer.BadParameter, match="no log.jsonl"):
         campaign_curve.parse_after(f"{run}={tmp_path}")
+
+
+def test_three_stages_make_one_curve(tmp_path):
+    """A run (1M tokens), a snapshot of its continuation (+500k) and a third
+    stage (+2M) continued from it: the third stage's tokens are shifted by
+    both earlier stages' (--after applies along the whole chain)."""
+    first = write_run(tmp_path / "first", [
+        {"event": "train", "step": 100, "tokens_seen": 1_000_000},
+        {"event": "eval", "step": 100, "dev_ppl": 400.0},
+    ])
+    second = write_run(tmp_path / "second", [
+        {"event": "train", "step": 50, "tokens_seen": 500_000},
+        {"event": "eval", "step": 50, "dev_ppl": 350.0},
+        {"event": "train", "step": 60, "tokens_seen": 600_000},
+    ])
+    (second / "snapshot.json").write_text(json.dumps({"step": 60, "tokens_seen": 600_000}), encoding="utf-8")
+    third = write_run(tmp_path / "third", [
+        {"event": "train", "step": 10, "tokens_seen": 2_000_000},
+        {"event": "eval", "step": 10, "dev_ppl": 200.0},
+    ])
+    continued = {second.resolve(): first, third.resolve(): second}
+    curve = campaign_curve.chained_curve(third, second, continued)
+    assert curve == [(1_000_000, 400.0), (1_500_000, 350.0), (3_600_000, 200.0)]

@@ -131,3 +131,31 @@ def test_a_committed_snapshot_counts_as_the_earlier_run(run, tmp_path):
     (bare / "log.jsonl").write_bytes((run / "log.jsonl").read_bytes())
     with pytest.raises(SystemExit, match="neither config.json"):
         ship_model.run_summary(bare)
+
+
+def test_shipping_the_export_of_a_run_trained_elsewhere(run, tmp_path):
+    """A run trained on another machine comes back as its log and its final
+    export (the checkpoints stay there): --export ships those weights with the
+    log's figures, only when the log ends with the run's end."""
+    import shutil
+
+    away = tmp_path / "away"
+    away.mkdir()
+    for name in ("log.jsonl", "config.json", "options.json"):
+        shutil.copy(run / name, away / name)
+    shutil.copytree(run / "export", tmp_path / "back")
+    target = tmp_path / "english"
+    result = ship(away, target, "--corpus-stats", stats_file(tmp_path), "--command", "c", "--date", "2026-11-26",
+                  "--export", tmp_path / "back", "--machine", "NVIDIA H200")
+    assert result.returncode == 0, result.stderr
+    shipped = json.loads((target / "history.jsonl").read_text().splitlines()[-1])
+    direct = ship_model.run_summary(run)
+    assert (shipped["step"], shipped["tokens_seen"], shipped["machine"]) == (direct["step"], direct["tokens_seen"],
+                                                                             "NVIDIA H200")
+    assert (target / "weights.hdf5").read_bytes() == (run / "export" / "weights.hdf5").read_bytes()
+    # A log cut before the run's end: its export may be of another step.
+    lines = (away / "log.jsonl").read_text().splitlines()
+    (away / "log.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    cut = ship(away, tmp_path / "other", "--corpus-stats", stats_file(tmp_path), "--command", "c",
+               "--date", "2026-11-26", "--export", tmp_path / "back")
+    assert cut.returncode != 0 and "does not end with the run's end" in cut.stderr
