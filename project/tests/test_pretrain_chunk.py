@@ -9,19 +9,13 @@ import numpy
 import pytest
 
 import pretrain_chunk
-from tests.helpers.pretrain import tiny_config, write_corpus
 
 SCRIPT = Path(pretrain_chunk.__file__)
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    from spacy_elmo.pretrain import pretrain
-
-    tmp = tmp_path_factory.mktemp("chunk_run")
-    corpus = write_corpus(tmp / "corpus" / "train", n=200)
-    pretrain(tiny_config(tmp, corpus.parent, max_steps=4, eval_every=2))
-    return tmp / "out"
+@pytest.fixture
+def run(tiny_run):
+    return tiny_run
 
 
 def test_pack_train_unpack_ship(run, tmp_path):

@@ -8,19 +8,13 @@ from pathlib import Path
 import pytest
 
 import ship_model
-from tests.helpers.pretrain import tiny_config, write_corpus
 
 SCRIPT = Path(ship_model.__file__)
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    from spacy_elmo.pretrain import pretrain
-
-    tmp = tmp_path_factory.mktemp("ship_run")
-    corpus = write_corpus(tmp / "corpus" / "train", n=120)
-    pretrain(tiny_config(tmp, corpus.parent, max_steps=4, eval_every=2))
-    return tmp / "out"
+@pytest.fixture
+def run(tiny_run):
+    return tiny_run
 
 
 def stats_file(tmp_path):
