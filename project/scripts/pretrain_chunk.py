@@ -1,7 +1,7 @@
 """A time-boxed chunk of pretraining on a machine lent by the minute that
 has PyTorch but not spaCy, and takes only a small bundle of files.
 
-    python scripts/pretrain_chunk.py pack RUN INIT KIT        # here
+    python scripts/pretrain_chunk.py pack RUN INIT KIT [--float16]   # here
     python scripts/pretrain_chunk.py train KIT OUT --budget-s 500 --seed 3   # there
     python scripts/pretrain_chunk.py unpack OUT RUN_DIR       # here again
 
@@ -58,7 +58,12 @@ def _portable(path: str) -> str:
 
 
 @app.command()
-def pack(run: Path, init: Path, kit: Path) -> None:
+def pack(
+    run: Path, init: Path, kit: Path,
+    float16: bool = typer.Option(False, "--float16", help="store INIT's weights and softmax as float16 (half the "
+                                 "size, as campaign_snapshot.py does: a float32 model of the English shape and the "
+                                 "corpus together exceed 64 MiB)"),
+) -> None:
     """Bundle RUN's tokenised corpus and INIT's model into KIT."""
     import numpy
 
@@ -96,7 +101,12 @@ def pack(run: Path, init: Path, kit: Path) -> None:
         print(f"{role}: {source.stat().st_size / 1e6:.1f} MB -> {packed.stat().st_size / 1e6:.1f} MB")
     (kit / "init").mkdir(exist_ok=True)
     for name in MODEL_FILES:
-        shutil.copyfile(init / name, kit / "init" / name)
+        if float16 and name.endswith(".hdf5"):
+            from campaign_snapshot import to_float16
+
+            to_float16(init / name, kit / "init" / name)
+        else:
+            shutil.copyfile(init / name, kit / "init" / name)
     manifest = {"train": config["train"], "dev": config.get("dev"), "init": _portable(str(init)), "settings": settings,
                 "dev_fraction": config["dev_fraction"], "max_dev_windows": config["max_dev_windows"], "caches": caches}
     (kit / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")

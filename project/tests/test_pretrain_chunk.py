@@ -22,8 +22,14 @@ def test_pack_train_unpack_ship(run, tmp_path):
     from spacy_elmo.pretrain.corpus_cache import load_corpus
 
     kit, out, back = tmp_path / "kit", tmp_path / "out", tmp_path / "back"
-    subprocess.run([sys.executable, str(SCRIPT), "pack", str(run), str(run / "export"), str(kit)], check=True,
-                   cwd=SCRIPT.parent.parent)
+    subprocess.run([sys.executable, str(SCRIPT), "pack", str(run), str(run / "export"), str(kit), "--float16"],
+                   check=True, cwd=SCRIPT.parent.parent)
+    import h5py
+
+    with h5py.File(kit / "init" / "weights.hdf5", "r") as packed_weights:
+        dtypes = set()
+        packed_weights.visititems(lambda name, obj: dtypes.add(obj.dtype) if isinstance(obj, h5py.Dataset) else None)
+    assert numpy.dtype("float16") in dtypes and numpy.dtype("float32") not in dtypes
     manifest = json.loads((kit / "manifest.json").read_text())
     packed = load_corpus(kit / manifest["caches"]["train"])
     original = load_corpus(next((run / "corpus_cache").glob("*.npz")))
