@@ -2,7 +2,8 @@
 has PyTorch but not spaCy, and takes only a small bundle of files.
 
     python scripts/pretrain_chunk.py pack RUN INIT KIT [--float16]   # here
-    python scripts/pretrain_chunk.py train KIT OUT --budget-s 500 --seed 3   # there
+    PYTHONPATH=. python3 project/scripts/pretrain_chunk.py train KIT OUT --budget-s 500 --seed 3
+                                   # there, from the repository's root (the package need not be installed)
     python scripts/pretrain_chunk.py unpack OUT RUN_DIR       # here again
 
 ``pack``: RUN is a ``pretrain`` output directory whose ``corpus_cache`` holds
