@@ -36,7 +36,6 @@ import json
 import os
 import shutil
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -44,15 +43,16 @@ from typing import List, Optional
 
 import typer
 
+from campaign_snapshot import FILES, to_float16
+
 app = typer.Typer(add_completion=False, help=__doc__.split("\n")[0])
 START = time.time()
-MODEL_FILES = ("weights.hdf5", "softmax.hdf5", "options.json", "vocab.txt")
 PART = 15_000_000
 LR_BY_BATCH = {1024: 1e-3, 2048: 1.2e-3, 4096: 1.5e-3}
 
 
 def _portable(path: str) -> str:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    """A path as given when relative (to project/, as the commands use them), else portable."""
     from portable_paths import portable_path
 
     return path if not Path(path).is_absolute() else portable_path(path)
@@ -68,8 +68,8 @@ def pack(
     """Bundle RUN's tokenised corpus and INIT's model into KIT."""
     import numpy
 
-    from spacy_elmo.pretrain.corpus import N_RESERVED_TYPES
-    from spacy_elmo.pretrain.corpus_cache import cache_key, load_corpus
+    from spacy_elmo.pretrain.corpus import N_RESERVED_TYPES, Corpus
+    from spacy_elmo.pretrain.corpus_cache import cache_key, load_corpus, save_corpus
     from spacy_elmo.pretrain.reading import list_files
 
     config = json.loads((run / "config.json").read_text(encoding="utf-8"))
@@ -82,29 +82,27 @@ def pack(
         source = run / "corpus_cache" / name
         if not source.is_file():
             raise typer.BadParameter(f"{source}: no cache of {config[role]} (run `pretrain` on them once first)")
-        with numpy.load(source, allow_pickle=False) as data:
-            flat, offsets, counts, meta = (data[k] for k in ("flat", "offsets", "counts", "meta"))
-        info = json.loads(meta.tobytes().decode("utf-8"))
+        before = load_corpus(source)
+        arrays = before.to_arrays()
+        counts = arrays["counts"]
         reserved = N_RESERVED_TYPES
         order = numpy.concatenate([numpy.arange(reserved), reserved + numpy.argsort(-counts[reserved:], kind="stable")])
         rank = numpy.empty_like(order)
         rank[order] = numpy.arange(len(order))
-        info["types"] = [info["types"][i] for i in order]
+        after = Corpus.from_arrays([before.types[i] for i in order], rank[arrays["flat"]].astype(numpy.int32),
+                                   arrays["offsets"], counts[order], before.stats)
         packed = kit / name
-        numpy.savez_compressed(packed, flat=rank[flat].astype(numpy.int32), offsets=offsets, counts=counts[order],
-                               meta=numpy.frombuffer(json.dumps(info).encode("utf-8"), dtype=numpy.uint8))
-        before, after = load_corpus(source), load_corpus(packed)
-        sample = numpy.random.default_rng(0).integers(0, len(offsets) - 1, 1000)
+        save_corpus(after, packed, compressed=True)
+        after = load_corpus(packed)
+        sample = numpy.random.default_rng(0).integers(0, len(arrays["offsets"]) - 1, 1000)
         for w in sample:
             if [before.types[i] for i in before.window(int(w))] != [after.types[i] for i in after.window(int(w))]:
                 raise SystemExit(f"{packed}: window {w} differs from {source}'s")
         caches[role] = name
         print(f"{role}: {source.stat().st_size / 1e6:.1f} MB -> {packed.stat().st_size / 1e6:.1f} MB")
     (kit / "init").mkdir(exist_ok=True)
-    for name in MODEL_FILES:
+    for name in FILES:
         if float16 and name.endswith(".hdf5"):
-            from campaign_snapshot import to_float16
-
             to_float16(init / name, kit / "init" / name)
         else:
             shutil.copyfile(init / name, kit / "init" / name)

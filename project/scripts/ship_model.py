@@ -40,7 +40,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from campaign_snapshot import copy_checkpoint, read_log
+from campaign_snapshot import FILES, copy_checkpoint, read_log
 from portable_paths import portable_config
 from registry_fetch import sha256_of
 
@@ -48,7 +48,9 @@ from registry_fetch import sha256_of
 def run_summary(run: Path, step: Optional[int] = None, tokens_seen: Optional[int] = None) -> dict:
     """The run's figures for the card. ``step`` (the shipped checkpoint's, with its
     ``tokens_seen``): the log up to that step, whose last record must be a held-out
-    evaluation at that very step; None: the whole log (a finished run)."""
+    evaluation at that very step; None: the whole log (a finished run), and
+    for a committed snapshot the step, tokens and checked perplexity of its
+    ``snapshot.json``."""
     records = read_log(run)  # a running campaign's last line may be cut off mid-write
     if step is not None:
         records = [r for r in records if int(r.get("step", 0)) <= step]
@@ -72,7 +74,7 @@ def run_summary(run: Path, step: Optional[int] = None, tokens_seen: Optional[int
             segment = max(segment, r.get("elapsed_s", 0.0))
     wall += segment
     last = evals[-1]
-    return {
+    summary = {
         "step": last["step"],
         "tokens_seen": tokens_seen if tokens_seen is not None else max(r.get("tokens_seen", 0) for r in trains),
         "train_hours": wall / 3600,
@@ -87,6 +89,13 @@ def run_summary(run: Path, step: Optional[int] = None, tokens_seen: Optional[int
         "config": portable_config(config),
         "curve": [(r["step"], r["dev_ppl"]) for r in evals],
     }
+    snapshot = run / "snapshot.json"
+    if step is None and snapshot.exists():  # a snapshot's step may lie after its log's last evaluation
+        record = json.loads(snapshot.read_text(encoding="utf-8"))
+        summary["step"], summary["tokens_seen"] = record["step"], record["tokens_seen"]
+        if record.get("check"):  # measured at that very step (campaign_snapshot.py --check)
+            summary["dev_ppl"] = record["check"]["ppl"]["float32"]
+    return summary
 
 
 def finished_run(run: Path, export_dir: Path) -> tuple:
@@ -95,17 +104,16 @@ def finished_run(run: Path, export_dir: Path) -> tuple:
     (the weights `pretrain` exports at the end are those of that step), and
     the export must be of RUN (its options and vocabulary)."""
     records = read_log(run)
-    ends = [r for r in records if r["event"] == "end"]
-    if not ends or records[-1]["event"] != "end":
+    if not records or records[-1]["event"] != "end":
         raise SystemExit(f"{run}: its log does not end with the run's end, so {export_dir} may not be its final "
                          "weights; ship a checkpoint instead (--checkpoint)")
-    for name in ("weights.hdf5", "options.json", "vocab.txt", "softmax.hdf5"):
+    for name in FILES:
         if not (export_dir / name).is_file():
             raise SystemExit(f"{export_dir}: no {name} (give the directory `pretrain` exported to)")
     if json.loads((export_dir / "options.json").read_text(encoding="utf-8")) != json.loads(
             (run / "options.json").read_text(encoding="utf-8")):
         raise SystemExit(f"{export_dir}/options.json differs from {run}/options.json: not this run's export")
-    step = int(ends[-1]["step"])
+    step = int(records[-1]["step"])
     trains = [r for r in records if r["event"] == "train" and int(r["step"]) <= step]
     return step, int(trains[-1]["tokens_seen"])
 
@@ -437,12 +445,6 @@ def ship(args) -> None:
     stages = []
     for earlier in args.earlier:
         before = run_summary(earlier)
-        snapshot = earlier / "snapshot.json"
-        if snapshot.exists():  # a snapshot's step may lie after its log's last evaluation
-            record = json.loads(snapshot.read_text(encoding="utf-8"))
-            before["step"], before["tokens_seen"] = record["step"], record["tokens_seen"]
-            if record.get("check"):  # measured at that very step (campaign_snapshot.py --check)
-                before["dev_ppl"] = record["check"]["ppl"]["float32"]
         stages.append({k: before[k] for k in ("step", "tokens_seen", "train_hours", "dev_ppl")})
         for key in ("step", "tokens_seen", "train_hours"):
             summary[key] += before[key]
@@ -462,7 +464,7 @@ def ship(args) -> None:
         )
     with tmp_dir as tmp:
         if checkpoint is None:
-            for name in ("weights.hdf5", "options.json", "vocab.txt", "softmax.hdf5"):
+            for name in FILES:
                 shutil.copyfile(args.export / name, Path(tmp) / name)
         else:
             export(args.run, Path(tmp), checkpoint)
@@ -471,7 +473,7 @@ def ship(args) -> None:
         if args.downstream is not None:
             summary["downstream"] = downstream_record(args.downstream)
         args.target.mkdir(parents=True, exist_ok=True)
-        for name in ("weights.hdf5", "options.json", "vocab.txt", "softmax.hdf5"):
+        for name in FILES:
             shutil.copyfile(Path(tmp) / name, args.target / name)
     summary.pop("curve")
     history.append(summary)

@@ -38,7 +38,8 @@ def test_pack_train_unpack_ship(run, tmp_path):
     assert packed.word_counts() == original.word_counts()
     assert numpy.all(numpy.diff(packed.to_arrays()["counts"][3:]) <= 0)  # renumbered by frequency
     # The lent machine has no spaCy: the chunk must not import it.
-    code = ("import runpy, sys; sys.modules['spacy'] = None; sys.argv = sys.argv[1:]; "
+    code = ("import os, runpy, sys; sys.modules['spacy'] = None; sys.argv = sys.argv[1:]; "
+            "sys.path.insert(0, os.path.dirname(sys.argv[0])); "  # as `python SCRIPT` puts it first
             "runpy.run_path(sys.argv[0], run_name='__main__')")
     subprocess.run([sys.executable, "-c", code, str(SCRIPT), "train", str(kit), str(out), "--device", "cpu",
                     "--batches", "0,8", "--budget-s", "1", "--hard-s", "600", "--evals", "2", "--seed", "3",
