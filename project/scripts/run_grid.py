@@ -35,6 +35,13 @@ Each run (``system``, ``fraction`` %, ``seed``):
 and writes ``METRICS/<task>/<system>/f<fraction>_s<seed>.json``. A run whose
 metrics file exists is skipped (``--force`` redoes it), so the grid resumes
 where it stopped.
+
+``--score-stopped``: for runs whose training was ended from outside before
+its budget or patience stopped it (a session's end killed ``spacy train``),
+skip step 2 and score the ``model-best`` the run left, as it stands. The
+record says so (``stopped_early``: the last logged step), its times are the
+training loop's wall seconds from ``log.jsonl`` and its CPU time is unknown
+(``null``): the process that knew it is gone.
 """
 import json
 import math
@@ -188,6 +195,8 @@ def main(
                                 "that runs other work: two threads spinning against a busy core are far slower"),
     keep_models: bool = typer.Option(False, help="Keep model-last (model-best is always kept)"),
     force: bool = typer.Option(False, help="Redo runs whose metrics exist"),
+    score_stopped: bool = typer.Option(False, help="Do not train: score the model-best of runs whose training "
+                                       "was ended from outside (see the module's docstring)"),
 ) -> None:
     if task not in CORPUS:
         raise typer.BadParameter(f"task must be one of {', '.join(CORPUS)}")
@@ -233,9 +242,16 @@ def main(
                     continue
                 output = training_dir / task / system / name
                 train_slice = make_slice(train, fraction, seed, data / "slices")
-                typer.echo(f"[{task} {system} {name}] training on {train_slice} ...")
-                times = train_run(config, output, train_slice, dev, seed, budget, extra, threads)
-                log = read_log(output / "log.jsonl")
+                if score_stopped:
+                    log = read_log(output / "log.jsonl")
+                    if not log or not (output / "model-best").is_dir():
+                        raise SystemExit(f"{output}: no log.jsonl with evaluations and model-best to score")
+                    typer.echo(f"[{task} {system} {name}] scoring model-best of a run stopped at step {log[-1]['step']}")
+                    times = {"wall": log[-1]["seconds"], "cpu": None}
+                else:
+                    typer.echo(f"[{task} {system} {name}] training on {train_slice} ...")
+                    times = train_run(config, output, train_slice, dev, seed, budget, extra, threads)
+                    log = read_log(output / "log.jsonl")
                 record = {
                     "task": task, "system": system, "fraction": fraction, "seed": seed,
                     "main_score": MAIN_SCORE[task], "budget": budget, "provenance": provenance,
@@ -250,6 +266,8 @@ def main(
                     "curve": [{"step": r["step"], "seconds": r["seconds"], "words": r["words"], "score": r["score"]}
                               for r in log],
                 }
+                if score_stopped:
+                    record["stopped_early"] = log[-1]["step"]
                 record.update(evaluate_run(output / "model-best", test, task,
                                            do_speed=(fraction == fraction_list[-1] and seed == seed_list[0]),
                                            speed_args=(speed_docs, speed_batches, speed_warmup, speed_batch_size)))
@@ -258,8 +276,9 @@ def main(
                 if not keep_models:
                     _remove(output / "model-last")
                 score = record["test"].get(MAIN_SCORE[task])
+                cpu = "unknown" if times["cpu"] is None else f"{times['cpu']:.0f} s"
                 typer.echo(f"[{task} {system} {name}] test {MAIN_SCORE[task]} = {score}, "
-                           f"trained in {times['wall']:.0f} s (CPU {times['cpu']:.0f} s)")
+                           f"trained in {times['wall']:.0f} s (CPU {cpu})")
 
 
 def evaluate_run(model_dir: Path, test: Path, task: str, do_speed: bool, speed_args) -> dict:
