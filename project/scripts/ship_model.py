@@ -45,15 +45,20 @@ from portable_paths import portable_config
 from registry_fetch import sha256_of
 
 
-def run_summary(run: Path, step: Optional[int] = None, tokens_seen: Optional[int] = None) -> dict:
+def run_summary(run: Path, step: Optional[int] = None, tokens_seen: Optional[int] = None,
+                measured: Optional[dict] = None) -> dict:
     """The run's figures for the card. ``step`` (the shipped checkpoint's, with its
     ``tokens_seen``): the log up to that step, whose last record must be a held-out
-    evaluation at that very step; None: the whole log (a finished run), and
+    evaluation at that very step, or ``measured`` (``dev_ppl_forward``,
+    ``dev_ppl_backward``, ``dev_ppl``, ``dev_tokens`` of the shipped weights,
+    measured at that step); None: the whole log (a finished run), and
     for a committed snapshot the step, tokens and checked perplexity of its
     ``snapshot.json``."""
     records = read_log(run)  # a running campaign's last line may be cut off mid-write
     if step is not None:
         records = [r for r in records if int(r.get("step", 0)) <= step]
+    if measured is not None:  # the shipped weights' own held-out evaluation, at their step
+        records.append({"event": "eval", "step": step, **measured})
     config = run_config(run)
     starts = [r for r in records if r["event"] in ("start", "resume")]
     evals = [r for r in records if r["event"] == "eval"]
@@ -99,14 +104,19 @@ def run_summary(run: Path, step: Optional[int] = None, tokens_seen: Optional[int
 
 
 def finished_run(run: Path, export_dir: Path) -> tuple:
-    """The step and tokens seen of a run that trained to its end, whose final
-    weights are ``export_dir``: the log must end with the run's ``end`` record
-    (the weights `pretrain` exports at the end are those of that step), and
-    the export must be of RUN (its options and vocabulary)."""
+    """The step and tokens seen of a run whose last weights are ``export_dir``:
+    the log must end with the run's ``end`` record (the weights `pretrain`
+    exports at the end are those of that step), or with ``stopped`` right
+    after a ``checkpoint`` of the same step (a run stopped by a signal, whose
+    checkpoint was exported, as ``pretrain_chunk.py train`` does at its hard
+    limit); the export must be of RUN (its options and vocabulary)."""
     records = read_log(run)
-    if not records or records[-1]["event"] != "end":
-        raise SystemExit(f"{run}: its log does not end with the run's end, so {export_dir} may not be its final "
-                         "weights; ship a checkpoint instead (--checkpoint)")
+    ended = bool(records) and records[-1]["event"] == "end"
+    stopped = (len(records) >= 2 and records[-1]["event"] == "stopped" and records[-2]["event"] == "checkpoint"
+               and records[-2]["step"] == records[-1]["step"])
+    if not (ended or stopped):
+        raise SystemExit(f"{run}: its log ends neither with the run's end nor with a checkpoint at a stop, so "
+                         f"{export_dir} may not be its last weights; ship a checkpoint instead (--checkpoint)")
     for name in FILES:
         if not (export_dir / name).is_file():
             raise SystemExit(f"{export_dir}: no {name} (give the directory `pretrain` exported to)")
@@ -116,6 +126,25 @@ def finished_run(run: Path, export_dir: Path) -> tuple:
     step = int(records[-1]["step"])
     trains = [r for r in records if r["event"] == "train" and int(r["step"]) <= step]
     return step, int(trains[-1]["tokens_seen"])
+
+
+def held_out(export_dir: Path, config: dict) -> dict:
+    """The held-out perplexity of ``export_dir`` on the run's ``dev`` files (as
+    its ``config.json`` names them, relative to the working directory), for an
+    export whose step the run did not evaluate (a run stopped between
+    evaluations); float32, as the run's own evaluations."""
+    from spacy_elmo.pretrain.perplexity import perplexity
+
+    texts = [Path(p) for p in config.get("dev") or []]
+    missing = [str(p) for p in texts if not p.exists()]
+    if not texts or missing:
+        raise SystemExit(f"{export_dir} was not evaluated at its step and its run's held-out text "
+                         f"({', '.join(missing) or 'none in config.json'}) is not here: run from the directory the "
+                         "run's config.json paths are relative to")
+    result = perplexity(export_dir, texts, lang=config.get("lang", "en"), max_tokens=config.get("max_tokens", 64))
+    print(f"{export_dir}: held-out perplexity {result['ppl']:.2f} (measured: its step has no evaluation in the log)")
+    return {"dev_ppl_forward": result["ppl_forward"], "dev_ppl_backward": result["ppl_backward"],
+            "dev_ppl": result["ppl"], "dev_tokens": result["tokens"]}
 
 
 def run_config(run: Path) -> dict:
@@ -441,7 +470,11 @@ def ship(args) -> None:
         checkpoint, step, tokens_seen = None, *finished_run(args.run, args.export)
     else:
         checkpoint, step, tokens_seen = copy_checkpoint(args.run, Path(tmp_dir.name), args.checkpoint)
-    summary = run_summary(args.run, step, tokens_seen)
+    measured = None
+    evaluated = [r["step"] for r in read_log(args.run) if r["event"] == "eval"]
+    if args.export is not None and step not in evaluated:
+        measured = held_out(args.export, run_config(args.run))
+    summary = run_summary(args.run, step, tokens_seen, measured)
     stages = []
     for earlier in args.earlier:
         before = run_summary(earlier)

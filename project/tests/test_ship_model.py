@@ -152,4 +152,42 @@ def test_shipping_the_export_of_a_run_trained_elsewhere(run, tmp_path):
     (away / "log.jsonl").write_text("\n".join(lines[:-1]) + "\n")
     cut = ship(away, tmp_path / "other", "--corpus-stats", stats_file(tmp_path), "--command", "c",
                "--date", "2026-11-26", "--export", tmp_path / "back")
-    assert cut.returncode != 0 and "does not end with the run's end" in cut.stderr
+    assert cut.returncode != 0 and "ends neither with the run's end" in cut.stderr
+
+
+def test_shipping_the_export_of_a_run_stopped_between_evaluations(run, tmp_path):
+    """A chunk stopped at its hard limit logs a checkpoint and ``stopped`` at a
+    step with no evaluation: --export ships it with the held-out perplexity
+    measured on the export itself, on the run's dev text."""
+    import shutil
+
+    from spacy_elmo.pretrain.perplexity import perplexity
+
+    away = tmp_path / "away"
+    away.mkdir()
+    for name in ("config.json", "options.json"):
+        shutil.copy(run / name, away / name)
+    records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    kept = [r for r in records if r["event"] in ("start", "train") or (r["event"] == "eval" and r["step"] < 4)]
+    kept += [{"event": "checkpoint", "step": 4, "reason": "signal"}, {"event": "stopped", "step": 4}]
+    (away / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    dev = tmp_path / "heldout.txt"
+    dev.write_text("the cat sat on the mat .\nthe dog ran to the park and back .\n" * 5)
+    config = json.loads((away / "config.json").read_text())
+    config["dev"] = [str(dev)]
+    (away / "config.json").write_text(json.dumps(config))
+    target = tmp_path / "english"
+    result = ship(away, target, "--corpus-stats", stats_file(tmp_path), "--command", "c", "--date", "2026-11-26",
+                  "--export", run / "export")
+    assert result.returncode == 0, result.stderr
+    shipped = json.loads((target / "history.jsonl").read_text().splitlines()[-1])
+    expected = perplexity(run / "export", [dev])
+    assert shipped["step"] == 4
+    assert shipped["dev_ppl"] == pytest.approx(expected["ppl"], rel=1e-6)
+    assert shipped["dev_tokens"] == expected["tokens"]
+    # Without its dev text here the export cannot be measured: refused, nothing shipped.
+    config["dev"] = [str(tmp_path / "gone.txt")]
+    (away / "config.json").write_text(json.dumps(config))
+    refused = ship(away, tmp_path / "other", "--corpus-stats", stats_file(tmp_path), "--command", "c",
+                   "--date", "2026-11-26", "--export", run / "export")
+    assert refused.returncode != 0 and "gone.txt" in refused.stderr and not (tmp_path / "other").exists()
