@@ -219,6 +219,7 @@ def train(
 
     threading.Thread(target=watchdog, daemon=True).start()
     summary = pretrain(config(path, batch, steps, rate, max(50, steps // evals)), progress=False)
+    summary["output"] = path.name  # the lent machine's working directory means nothing once back
     _say(out, "summary", json.dumps(summary, default=str))
     if summary.get("stopped"):
         export(path, path / "export")

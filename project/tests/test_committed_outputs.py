@@ -6,8 +6,9 @@ import pytest
 
 from portable_paths import REPO, portable_config, portable_path, scrub
 
-COMMITTED = [REPO / "project" / "metrics", REPO / "project" / "reports", REPO / "spacy_elmo" / "models"]
-TEXT_SUFFIXES = {".json", ".jsonl", ".md", ".txt", ".cfg", ".csv", ".yml", ".yaml"}
+COMMITTED = [REPO / "project" / "metrics", REPO / "project" / "reports", REPO / "project" / "campaign",
+             REPO / "spacy_elmo" / "models"]
+TEXT_SUFFIXES = {".json", ".jsonl", ".md", ".txt", ".cfg", ".csv", ".yml", ".yaml", ".log"}
 #: Top-level folders of machines' absolute paths (built from names, so this file holds none itself).
 MACHINE_ROOTS = ("work", "home", "root", "tmp", "Users")
 MACHINE_PATH = re.compile("|".join(f"/{name}/" for name in MACHINE_ROOTS) + r"|[A-Za-z]:\\\\")

@@ -46,6 +46,7 @@ def test_pack_train_unpack_ship(run, tmp_path):
                     "--work", str(tmp_path / "work")], check=True, cwd=SCRIPT.parent.parent)
     driver = (out / "driver.log").read_text()
     assert "batch 0 failed" in driver and "batch 8, 50 steps" in driver
+    assert "\"output\": \"run\"" in driver  # not the lent machine's working directory
     record = json.loads((out / "config.json").read_text())
     assert record["train"] == json.loads((run / "config.json").read_text())["train"]
     assert record["batch_size"] == 8 and record["max_steps"] == 50 and record["device"] == "cpu"
