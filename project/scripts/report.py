@@ -119,6 +119,19 @@ def task_table(task: str, by_system: Dict) -> List[str]:
     return lines
 
 
+def stopped_note(by_system: Dict) -> List[str]:
+    """A line naming the runs whose training was ended from outside before
+    their budget or patience stopped them (``run_grid.py --score-stopped``)."""
+    stopped = [f"{SYSTEM_NAMES.get(system, system)} {fraction:g}% seed {run['seed']} at step {run['stopped_early']:,}"
+               for system in order(by_system) for fraction, runs in sorted(by_system[system].items())
+               for run in sorted(runs, key=lambda r: r["seed"]) if run.get("stopped_early") is not None]
+    if not stopped:
+        return []
+    return ["Stopped before their budget or patience ended them (the training process was ended from outside; "
+            "the model-best they left was scored as it stood, `run_grid.py --score-stopped`; their train time is "
+            "the training loop's wall time, their CPU time unknown): " + "; ".join(stopped) + ".", ""]
+
+
 def efficiency_table(task: str, by_system: Dict) -> List[str]:
     fractions = sorted({f for runs in by_system.values() for f in runs})
     if len(fractions) < 2:
@@ -331,6 +344,7 @@ def main(
             continue
         lines += [f"## {TASKS[task][0]}", "", f"At {main_fraction(grid[task]):g}% of the training data:", ""]
         lines += task_table(task, grid[task]) + [""]
+        lines += stopped_note(grid[task])
         eff = efficiency_table(task, grid[task])
         if eff:
             lines += [f"Sample efficiency (test {TASKS[task][2]} by % of the training data):", ""] + eff + [""]
