@@ -20,8 +20,10 @@ are found by the manifest instead of by their key, which needs spaCy's
 version). It first times 25 steps at each ``--batches`` size and keeps the
 one with the most tokens per second, then trains for as many steps as fit
 ``--budget-s`` (counted from the script's start), so that the linear decay
-reaches 0 inside the budget; a watchdog sends SIGTERM at ``--hard-s`` (the
-trainer checkpoints and stops). The learning rate, unless ``--lr``, grows
+reaches 0 inside the budget; every 50 steps it compares the pace of
+training so far with the time left and, if the steps run slower than timed,
+ends sooner with the decay steepened to reach 0 there (``replan``); a
+watchdog sends SIGTERM at ``--hard-s`` (the trainer checkpoints and stops). The learning rate, unless ``--lr``, grows
 more slowly than the square root of the batch (1e-3 at 1,024 windows, 1.5e-3
 at 4,096), as the chunk continues a trained model. OUT receives the export
 (``weights.hdf5`` split into parts of 15 MB), ``log.jsonl``,
@@ -116,6 +118,21 @@ def _say(out: Path, *args) -> None:
     print(line, flush=True)
     with open(out / "driver.log", "a", encoding="utf-8") as fout:
         fout.write(line + "\n")
+
+
+REPLAN_EVERY = 50  # steps between checks of the training's pace against the budget
+
+
+def replan(step: int, elapsed_s: float, left_s: float, planned: int) -> int:
+    """The step at which training should end so that it fits the time left,
+    at the pace of its ``step`` steps so far (evaluations included): never
+    later than ``planned`` and never before the next step. The 25 steps timed
+    before training can mislead: on a lent GPU they once ran at 178 ms a step
+    and training then at about 240 (docs/pretraining.md, Session 31)."""
+    if step <= 0 or elapsed_s <= 0:
+        return planned
+    fits = step + int(max(0.0, left_s) * step / elapsed_s)
+    return min(planned, max(step + 1, fits))
 
 
 @app.command()
@@ -218,7 +235,19 @@ def train(
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watchdog, daemon=True).start()
-    summary = pretrain(config(path, batch, steps, rate, max(50, steps // evals)), progress=False)
+    train_start = time.time()
+    plan = {"max_steps": steps}
+
+    def follow_pace(step, record):
+        if step % REPLAN_EVERY == 0:
+            planned = record["config"].max_steps
+            fitted = replan(step, time.time() - train_start, START + budget_s - 25 - time.time(), planned)
+            if fitted < planned:
+                record["config"].max_steps = plan["max_steps"] = fitted
+                _say(out, f"step {step}: {(time.time() - train_start) / step * 1000:.1f} ms/step so far, "
+                          f"max_steps {planned} -> {fitted}")
+
+    summary = pretrain(config(path, batch, steps, rate, max(50, steps // evals)), progress=False, callback=follow_pace)
     summary["output"] = path.name  # the lent machine's working directory means nothing once back
     _say(out, "summary", json.dumps(summary, default=str))
     if summary.get("stopped"):
@@ -231,7 +260,7 @@ def train(
     shutil.copyfile(path / "log.jsonl", out / "log.jsonl")
     record = json.loads((path / "config.json").read_text(encoding="utf-8"))
     record.update(train=manifest["train"], dev=manifest["dev"], init=manifest["init"], output=out.name,
-                  vocab=manifest["init"] + "/vocab.txt")
+                  vocab=manifest["init"] + "/vocab.txt", planned_max_steps=steps, max_steps=plan["max_steps"])
     (out / "config.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     _say(out, "written", sorted(p.name for p in out.iterdir()))
 

@@ -73,3 +73,15 @@ def test_pack_refuses_a_run_without_its_cache(run, tmp_path):
     result = subprocess.run([sys.executable, str(SCRIPT), "pack", str(copy), str(run / "export"), str(tmp_path / "k")],
                             capture_output=True, text=True, cwd=SCRIPT.parent.parent)
     assert result.returncode != 0 and "no cache of" in result.stderr
+
+
+def test_replan_ends_a_slow_chunk_inside_its_budget():
+    from pretrain_chunk import replan
+
+    # Timed at 178 ms a step, 2,729 planned; training runs at 240 ms: at step 200
+    # (48 s in) 460 s are left, which fit 1,916 more steps of that pace.
+    assert replan(200, 48.0, 460.0, 2729) == 200 + int(460.0 * 200 / 48.0)
+    assert replan(200, 30.0, 460.0, 2729) == 2729  # faster than planned: never later than the plan
+    assert replan(200, 48.0, -5.0, 2729) == 201  # out of time: the next step ends it
+    assert replan(2729, 600.0, -5.0, 2729) == 2729
+    assert replan(0, 0.0, 100.0, 2729) == 2729

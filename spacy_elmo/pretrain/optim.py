@@ -14,13 +14,18 @@ def make_optimizer(config: PretrainConfig, params) -> torch.optim.Optimizer:
 
 
 def lr_factor(config: PretrainConfig) -> Callable[[int], float]:
-    """Linear warm-up, then linear decay to zero at ``max_steps`` (or constant)."""
-    warmup, total, linear = config.warmup_steps, config.max_steps, config.schedule == "linear"
+    """Linear warm-up, then linear decay to zero at ``max_steps`` (or constant).
+    ``max_steps`` is read at every step, as the training loop reads it, so a
+    ``pretrain`` callback that lowers ``config.max_steps`` mid-run (a run
+    boxed in time, ``project/scripts/pretrain_chunk.py``) ends the run there
+    with the decay steepened to reach zero at the new end."""
+    warmup, linear = config.warmup_steps, config.schedule == "linear"
 
     def factor(step: int) -> float:
         if warmup and step < warmup:
             return (step + 1) / warmup
         if linear:
+            total = config.max_steps
             return max(0.0, (total - step) / max(1, total - warmup))
         return 1.0
 

@@ -75,7 +75,12 @@ def pretrain(
     progress: bool = True,
     callback: Optional[Callback] = None,
 ) -> Dict[str, Any]:
-    """Train (or resume) a biLM; returns a summary dict. See the module doc."""
+    """Train (or resume) a biLM; returns a summary dict. See the module doc.
+    ``callback(step, record)``, if given, runs on every rank after each
+    optimizer step; ``record`` holds the step's ``loss``, the ``model``, its
+    ``windows`` and the run's live ``config``: lowering ``config.max_steps``
+    there ends the run at that step, the linear decay steepened to reach 0
+    there (on every rank alike, or the ranks part ways)."""
     config.validate()
     device = torch.device(config.device)
     info = D.setup(config.device)
@@ -339,7 +344,8 @@ class _Run:
                     if self.step % config.checkpoint_every == 0 and self.step < config.max_steps:
                         self.save("every")
                     if callback is not None:
-                        callback(self.step, {"loss": float(loss.detach()), "model": self.model, "windows": windows.tolist()})
+                        callback(self.step, {"loss": float(loss.detach()), "model": self.model, "windows": windows.tolist(),
+                                             "config": config})
                     if D.any_flag(info, stop.requested, self.device):
                         return True
             return False

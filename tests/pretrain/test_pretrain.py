@@ -661,6 +661,23 @@ def test_resume_can_lengthen_a_run(tmp_path):
     assert steps[-3:] == [3, 4, 5]
 
 
+def test_a_callback_can_end_a_run_sooner_with_the_decay_reaching_zero(tmp_path):
+    """Lowering config.max_steps from the callback (a run boxed in time) ends
+    the run at the new step, and the linear decay reaches 0 there."""
+    corpus = write_corpus(tmp_path, 60)
+    config = tiny_config(tmp_path, corpus, max_steps=10, warmup_steps=1, schedule="linear")
+
+    def shorten(step, record):
+        if step == 3:
+            record["config"].max_steps = 6
+
+    summary = pretrain(config, progress=False, callback=shorten)
+    assert summary["step"] == 6 and not summary["stopped"]
+    lrs = {r["step"]: r["lr"] for r in read_log(tmp_path / "out" / "log.jsonl") if r["event"] == "train"}
+    assert max(lrs) == 6 and lrs[6] == 0.0
+    assert lrs[3] == pytest.approx(3e-3 * (10 - 3) / 9) and lrs[4] == pytest.approx(3e-3 * (6 - 4) / 5)
+
+
 def test_init_continues_an_exported_model_with_its_softmax(tmp_path):
     from spacy_elmo.pretrain.export import init_from_export
     from spacy_elmo.pretrain.vocab import Vocab
