@@ -104,7 +104,8 @@ def run_summary(run: Path, step: Optional[int] = None, tokens_seen: Optional[int
 
 
 def finished_run(run: Path, export_dir: Path) -> tuple:
-    """The step and tokens seen of a run whose last weights are ``export_dir``:
+    """The step, tokens seen and whether the log evaluated that step, of a run
+    whose last weights are ``export_dir``:
     the log must end with the run's ``end`` record (the weights `pretrain`
     exports at the end are those of that step), or with ``stopped`` right
     after a ``checkpoint`` of the same step (a run stopped by a signal, whose
@@ -125,7 +126,8 @@ def finished_run(run: Path, export_dir: Path) -> tuple:
         raise SystemExit(f"{export_dir}/options.json differs from {run}/options.json: not this run's export")
     step = int(records[-1]["step"])
     trains = [r for r in records if r["event"] == "train" and int(r["step"]) <= step]
-    return step, int(trains[-1]["tokens_seen"])
+    evaluated = any(r["event"] == "eval" and int(r["step"]) == step for r in records)
+    return step, int(trains[-1]["tokens_seen"]), evaluated
 
 
 def held_out(export_dir: Path, config: dict) -> dict:
@@ -467,13 +469,11 @@ def ship(args) -> None:
     if args.export is not None:
         if args.checkpoint is not None:
             raise SystemExit("give --export or --checkpoint, not both")
-        checkpoint, step, tokens_seen = None, *finished_run(args.run, args.export)
+        checkpoint, step, tokens_seen, evaluated = None, *finished_run(args.run, args.export)
     else:
         checkpoint, step, tokens_seen = copy_checkpoint(args.run, Path(tmp_dir.name), args.checkpoint)
-    measured = None
-    evaluated = [r["step"] for r in read_log(args.run) if r["event"] == "eval"]
-    if args.export is not None and step not in evaluated:
-        measured = held_out(args.export, run_config(args.run))
+        evaluated = True  # run_summary refuses a checkpoint whose step has no evaluation
+    measured = None if evaluated else held_out(args.export, run_config(args.run))
     summary = run_summary(args.run, step, tokens_seen, measured)
     stages = []
     for earlier in args.earlier:
