@@ -21,8 +21,8 @@ version). It first times 25 steps at each ``--batches`` size and keeps the
 one with the most tokens per second, then trains for as many steps as fit
 ``--budget-s`` (counted from the script's start), so that the linear decay
 reaches 0 inside the budget; every 50 steps it compares the pace of
-training so far with the time left and, if the steps run slower than timed,
-ends sooner with the decay steepened to reach 0 there (``replan``); a
+training since step 50 with the time left and moves the end so that the
+decay reaches 0 there, never later than first planned (``replan``); a
 watchdog sends SIGTERM at ``--hard-s`` (the trainer checkpoints and stops). The learning rate, unless ``--lr``, grows
 more slowly than the square root of the batch (1e-3 at 1,024 windows, 1.5e-3
 at 4,096), as the chunk continues a trained model. OUT receives the export
@@ -123,16 +123,21 @@ def _say(out: Path, *args) -> None:
 REPLAN_EVERY = 50  # steps between checks of the training's pace against the budget
 
 
-def replan(step: int, elapsed_s: float, left_s: float, planned: int) -> int:
+def replan(step: int, window_steps: int, window_s: float, left_s: float, ceiling: int) -> int:
     """The step at which training should end so that it fits the time left,
-    at the pace of its ``step`` steps so far (evaluations included): never
-    later than ``planned`` and never before the next step. The 25 steps timed
-    before training can mislead: on a lent GPU they once ran at 178 ms a step
-    and training then at about 240 (docs/pretraining.md, Session 31)."""
-    if step <= 0 or elapsed_s <= 0:
-        return planned
-    fits = step + int(max(0.0, left_s) * step / elapsed_s)
-    return min(planned, max(step + 1, fits))
+    at the pace of the last ``window_steps`` steps (``window_s`` seconds,
+    evaluations included): never later than ``ceiling`` (the first plan) and
+    never before the next step. The caller leaves the first ``REPLAN_EVERY``
+    steps out of the window: they include the GPU's warm-up (on a lent H100
+    they ran at 312 ms a step and training then at about 247). The plan may
+    move later again when the pace improves, which raises the linearly
+    decaying learning rate slightly; the 25 steps timed before training can
+    mislead too (178 ms a step timed, about 240 trained: docs/pretraining.md,
+    Session 31)."""
+    if window_steps <= 0 or window_s <= 0:
+        return ceiling
+    fits = step + int(max(0.0, left_s) * window_steps / window_s)
+    return min(ceiling, max(step + 1, fits))
 
 
 @app.command()
@@ -239,13 +244,18 @@ def train(
     plan = {"max_steps": steps}
 
     def follow_pace(step, record):
-        if step % REPLAN_EVERY == 0:
-            planned = record["config"].max_steps
-            fitted = replan(step, time.time() - train_start, START + budget_s - 25 - time.time(), planned)
-            if fitted < planned:
-                record["config"].max_steps = plan["max_steps"] = fitted
-                _say(out, f"step {step}: {(time.time() - train_start) / step * 1000:.1f} ms/step so far, "
-                          f"max_steps {planned} -> {fitted}")
+        if step % REPLAN_EVERY:
+            return
+        if "from_step" not in plan:  # the pace is measured from here on, after the warm-up
+            plan.update(from_step=step, from_time=time.time())
+            return
+        planned = record["config"].max_steps
+        window_steps, window_s = step - plan["from_step"], time.time() - plan["from_time"]
+        fitted = replan(step, window_steps, window_s, START + budget_s - 25 - time.time(), steps)
+        if fitted != planned:
+            record["config"].max_steps = plan["max_steps"] = fitted
+            _say(out, f"step {step}: {window_s / window_steps * 1000:.1f} ms/step since step {plan['from_step']}, "
+                      f"max_steps {planned} -> {fitted}")
 
     summary = pretrain(config(path, batch, steps, rate, max(50, steps // evals)), progress=False, callback=follow_pace)
     summary["output"] = path.name  # the lent machine's working directory means nothing once back

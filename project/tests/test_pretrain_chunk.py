@@ -75,13 +75,15 @@ def test_pack_refuses_a_run_without_its_cache(run, tmp_path):
     assert result.returncode != 0 and "no cache of" in result.stderr
 
 
-def test_replan_ends_a_slow_chunk_inside_its_budget():
+def test_replan_fits_the_end_to_the_pace_after_warm_up():
     from pretrain_chunk import replan
 
-    # Timed at 178 ms a step, 2,729 planned; training runs at 240 ms: at step 200
-    # (48 s in) 460 s are left, which fit 1,916 more steps of that pace.
-    assert replan(200, 48.0, 460.0, 2729) == 200 + int(460.0 * 200 / 48.0)
-    assert replan(200, 30.0, 460.0, 2729) == 2729  # faster than planned: never later than the plan
-    assert replan(200, 48.0, -5.0, 2729) == 201  # out of time: the next step ends it
-    assert replan(2729, 600.0, -5.0, 2729) == 2729
-    assert replan(0, 0.0, 100.0, 2729) == 2729
+    # Timed at 213 ms a step, 2,229 planned. Steps 50-200 took 37.5 s (250 ms each) and
+    # 300 s are left: 1,200 more steps of that pace, so the end moves to step 1,400.
+    assert replan(200, 150, 37.5, 300.0, 2229) == 1400
+    # The pace improves later (150 steps in 30 s): the end moves later again, never past the plan.
+    assert replan(400, 150, 30.0, 250.0, 2229) == 400 + int(250.0 * 150 / 30.0)
+    assert replan(400, 150, 15.0, 500.0, 2229) == 2229
+    assert replan(200, 150, 37.5, -5.0, 2229) == 201  # out of time: the next step ends it
+    assert replan(2229, 150, 37.5, -5.0, 2229) == 2229
+    assert replan(50, 0, 0.0, 100.0, 2229) == 2229  # no window yet: the plan stands
