@@ -57,6 +57,15 @@ def chained_curve(run: Path, earlier: Optional[Path] = None,
     return _chain(run, earlier, continued or {})[0]
 
 
+def tokens_trained(run: Path, default: int) -> int:
+    """The tokens the run's last logged step had seen (a run stopped after
+    its last evaluation trained on beyond it: the next stage continued from
+    there); ``default`` when its log has no ``tokens_seen``."""
+    seen = [json.loads(line).get("tokens_seen") for line in
+            (run / "log.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    return max((int(t) for t in seen if t is not None), default=default)
+
+
 def _chain(run: Path, earlier: Optional[Path], continued: Dict[Path, Path]) -> Tuple[List[Tuple[int, float]], int]:
     """(the chained curve, the tokens its own evaluations are shifted by)."""
     curve = eval_curve(run)
@@ -70,7 +79,7 @@ def _chain(run: Path, earlier: Optional[Path], continued: Dict[Path, Path]) -> T
     before, shift = _chain(earlier, continued.get(earlier.resolve()), continued)
     snapshot = earlier / "snapshot.json"
     own = (int(json.loads(snapshot.read_text(encoding="utf-8"))["tokens_seen"]) if snapshot.is_file()
-           else max((t for t, _ in before), default=shift) - shift)
+           else tokens_trained(earlier, max((t for t, _ in before), default=shift) - shift))
     offset = shift + own
     return [(t, p) for t, p in before if t <= offset] + [(t + offset, p) for t, p in curve], offset
 

@@ -105,3 +105,19 @@ def test_three_stages_make_one_curve(tmp_path):
     continued = {second.resolve(): first, third.resolve(): second}
     curve = campaign_curve.chained_curve(third, second, continued)
     assert curve == [(1_000_000, 400.0), (1_500_000, 350.0), (3_600_000, 200.0)]
+
+
+def test_a_stage_stopped_after_its_last_evaluation_shifts_the_next_by_all_it_trained(tmp_path):
+    """The first stage evaluated at 1M tokens and trained on to 1.2M before it
+    was stopped and continued: the next stage starts at 1.2M, not 1M."""
+    first = write_run(tmp_path / "first", [
+        {"event": "train", "step": 100, "tokens_seen": 1_000_000},
+        {"event": "eval", "step": 100, "dev_ppl": 400.0},
+        {"event": "train", "step": 120, "tokens_seen": 1_200_000},
+        {"event": "checkpoint", "step": 120, "reason": "stopped"},
+    ])
+    second = write_run(tmp_path / "second", [
+        {"event": "train", "step": 10, "tokens_seen": 100_000},
+        {"event": "eval", "step": 10, "dev_ppl": 380.0},
+    ])
+    assert campaign_curve.chained_curve(second, first) == [(1_000_000, 400.0), (1_300_000, 380.0)]
