@@ -128,12 +128,11 @@ def replan(step: int, window_steps: int, window_s: float, left_s: float, ceiling
     at the pace of the last ``window_steps`` steps (``window_s`` seconds,
     evaluations included): never later than ``ceiling`` (the first plan) and
     never before the next step. The caller leaves the first ``REPLAN_EVERY``
-    steps out of the window: they include the GPU's warm-up (on a lent H100
-    they ran at 312 ms a step and training then at about 247). The plan may
-    move later again when the pace improves, which raises the linearly
-    decaying learning rate slightly; the 25 steps timed before training can
-    mislead too (178 ms a step timed, about 240 trained: docs/pretraining.md,
-    Session 31)."""
+    steps out of the window, as they hold the GPU's warm-up; neither they nor
+    the 25 steps timed before training foretell the pace of training
+    (docs/pretraining.md, sessions 31 and 32). The end may move later again
+    when the pace improves, which raises the linearly decaying learning rate
+    slightly."""
     if window_steps <= 0 or window_s <= 0:
         return ceiling
     fits = step + int(max(0.0, left_s) * window_steps / window_s)
@@ -240,7 +239,6 @@ def train(
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watchdog, daemon=True).start()
-    train_start = time.time()
     plan = {"max_steps": steps}
 
     def follow_pace(step, record):
