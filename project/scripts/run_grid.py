@@ -34,7 +34,10 @@ Each run (``system``, ``fraction`` %, ``seed``):
 
 and writes ``METRICS/<task>/<system>/f<fraction>_s<seed>.json``. A run whose
 metrics file exists is skipped (``--force`` redoes it), so the grid resumes
-where it stopped.
+where it stopped; an ELMo run whose metrics were made with other biLM
+weights (their sha256 differs from ``--elmo-weights``') is trained again,
+so that after a new biLM ships the same command reruns exactly the ELMo
+runs.
 
 ``--score-stopped``: for runs whose training was ended from outside before
 its budget or patience stopped it (a session's end killed ``spacy train``),
@@ -170,6 +173,17 @@ def speed(nlp, test: Path, n_docs: int, batches: int, warmup_epochs: int, batch_
     }
 
 
+def other_bilm(metrics_path: Path, provenance: Dict[str, str]) -> Optional[str]:
+    """The sha256 of the biLM weights an existing run was recorded with when
+    it is not the one this grid uses; None when they are the same or the
+    system has no biLM (or the record names none)."""
+    wanted = provenance.get("elmo_weights_sha256")
+    if wanted is None:
+        return None
+    recorded = json.loads(metrics_path.read_text(encoding="utf-8")).get("provenance", {}).get("elmo_weights_sha256")
+    return recorded if recorded is not None and recorded != wanted else None
+
+
 def main(
     task: str = typer.Argument(..., help="pos | ner | sentiment"),
     systems: str = typer.Option("baseline,elmo_listener,elmo_tok2vec,transformer", help="Comma-separated systems"),
@@ -238,8 +252,12 @@ def main(
                 name = f"f{fraction_name(fraction)}_s{seed}"
                 metrics_path = metrics_dir / task / system / f"{name}.json"
                 if metrics_path.exists() and not force:
-                    typer.echo(f"[{task} {system} {name}] done, skipped")
-                    continue
+                    other = other_bilm(metrics_path, provenance)
+                    if other is None:
+                        typer.echo(f"[{task} {system} {name}] done, skipped")
+                        continue
+                    typer.echo(f"[{task} {system} {name}] recorded with other biLM weights (sha256 {other[:16]}…): "
+                               f"training again with {provenance['elmo_weights_sha256'][:16]}…")
                 output = training_dir / task / system / name
                 train_slice = make_slice(train, fraction, seed, data / "slices")
                 if score_stopped:
