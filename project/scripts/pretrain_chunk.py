@@ -239,23 +239,24 @@ def train(
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watchdog, daemon=True).start()
-    plan = {"max_steps": steps}
+    run_config = config(path, batch, steps, rate, max(50, steps // evals))
+    window = {}  # where the pace is measured from: step 50 and its time, after the warm-up
 
     def follow_pace(step, record):
         if step % REPLAN_EVERY:
             return
-        if "from_step" not in plan:  # the pace is measured from here on, after the warm-up
-            plan.update(from_step=step, from_time=time.time())
+        if not window:
+            window.update(step=step, time=time.time())
             return
         planned = record["config"].max_steps
-        window_steps, window_s = step - plan["from_step"], time.time() - plan["from_time"]
+        window_steps, window_s = step - window["step"], time.time() - window["time"]
         fitted = replan(step, window_steps, window_s, START + budget_s - 25 - time.time(), steps)
         if fitted != planned:
-            record["config"].max_steps = plan["max_steps"] = fitted
-            _say(out, f"step {step}: {window_s / window_steps * 1000:.1f} ms/step since step {plan['from_step']}, "
+            record["config"].max_steps = fitted
+            _say(out, f"step {step}: {window_s / window_steps * 1000:.1f} ms/step since step {window['step']}, "
                       f"max_steps {planned} -> {fitted}")
 
-    summary = pretrain(config(path, batch, steps, rate, max(50, steps // evals)), progress=False, callback=follow_pace)
+    summary = pretrain(run_config, progress=False, callback=follow_pace)
     summary["output"] = path.name  # the lent machine's working directory means nothing once back
     _say(out, "summary", json.dumps(summary, default=str))
     if summary.get("stopped"):
@@ -268,7 +269,7 @@ def train(
     shutil.copyfile(path / "log.jsonl", out / "log.jsonl")
     record = json.loads((path / "config.json").read_text(encoding="utf-8"))
     record.update(train=manifest["train"], dev=manifest["dev"], init=manifest["init"], output=out.name,
-                  vocab=manifest["init"] + "/vocab.txt", planned_max_steps=steps, max_steps=plan["max_steps"])
+                  vocab=manifest["init"] + "/vocab.txt", planned_max_steps=steps, max_steps=run_config.max_steps)
     (out / "config.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     _say(out, "written", sorted(p.name for p in out.iterdir()))
 

@@ -78,9 +78,9 @@ def pretrain(
     """Train (or resume) a biLM; returns a summary dict. See the module doc.
     ``callback(step, record)``, if given, runs on every rank after each
     optimizer step; ``record`` holds the step's ``loss``, the ``model``, its
-    ``windows`` and the run's live ``config``: lowering ``config.max_steps``
-    there ends the run at that step, the linear decay steepened to reach 0
-    there (on every rank alike, or the ranks part ways)."""
+    ``windows`` and the run's live ``config``: changing ``config.max_steps``
+    there moves the run's end, the linear decay reaching 0 at the new end
+    (on every rank alike, or the ranks part ways)."""
     config.validate()
     device = torch.device(config.device)
     info = D.setup(config.device)
