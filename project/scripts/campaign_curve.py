@@ -103,6 +103,17 @@ def per_doubling(curve: List[Tuple[int, float]]) -> List[Optional[float]]:
     return out
 
 
+def plain_log_ticks(axis, scale: float, suffix: str) -> None:
+    """Label a log axis with plain numbers at 1, 2, 3 and 5 of each decade, in
+    units of ``scale`` (matplotlib's default labels every minor tick as a power
+    of ten, and they overlap)."""
+    from matplotlib.ticker import FuncFormatter
+
+    label = FuncFormatter(lambda v, _: f"{v / scale:g}{suffix}" if f"{v:.0e}"[0] in "1235" else "")
+    axis.set_major_formatter(label)
+    axis.set_minor_formatter(label)
+
+
 def main(
     runs: List[Path] = typer.Argument(..., help="pretrain output directories"),
     point: List[str] = typer.Option([], help="a reference point LABEL:TOKENS:PERPLEXITY (repeatable)"),
@@ -130,7 +141,6 @@ def main(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for name, curve in curves.items():
@@ -143,15 +153,8 @@ def main(
         ax.annotate(label, (0.01, ppl), xycoords=("axes fraction", "data"), ha="left", va="bottom", fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    # Plain numbers at 1, 2, 3 and 5 of each decade (matplotlib's default labels
-    # every log-scale minor tick as a power of ten, and they overlap).
-    def plain(scale, suffix):
-        return FuncFormatter(lambda v, _: f"{v / scale:g}{suffix}" if f"{v:.0e}"[0] in "1235" else "")
-
-    ax.xaxis.set_major_formatter(plain(1e6, "M"))
-    ax.xaxis.set_minor_formatter(plain(1e6, "M"))
-    ax.yaxis.set_major_formatter(plain(1, ""))
-    ax.yaxis.set_minor_formatter(plain(1, ""))
+    plain_log_ticks(ax.xaxis, 1e6, "M")
+    plain_log_ticks(ax.yaxis, 1, "")
     ax.set_xlabel("tokens seen")
     ax.set_ylabel("held-out perplexity (213,295 tokens)")
     ax.legend(fontsize=8)

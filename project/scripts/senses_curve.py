@@ -14,20 +14,33 @@ For each ``LABEL=DIR`` (an exported biLM, e.g. a campaign checkpoint written by
   the same file and queries as the README's main job);
 * the step and tokens seen: a label ``stepN`` with ``--run RUN`` (the
   pretraining run the checkpoints come from; its log may still be growing)
-  gives step N and the tokens seen by then; a shipped model directory's ``history.jsonl`` gives its own.
+  gives step N and the tokens seen by then; a shipped model directory's
+  ``history.jsonl`` gives its own, a campaign snapshot's ``snapshot.json``
+  (``campaign_snapshot.py``) its stage's; ``--tokens LABEL=N`` overrides both
+  (a snapshot counts only its own stage's tokens: give the campaign's total);
+* the held-out perplexity recorded beside the weights (``history.jsonl``'s
+  last ``dev_ppl``, ``snapshot.json``'s float16 check, else its last
+  evaluation), when there is one.
+
+``--plot`` draws, against tokens seen, the held-out perplexity (left) and the
+best contextual layer's margin over random weights by each method (right,
+needs ``--random``), with ``--target`` as a line: whether the senses still
+follow the perplexity as the campaign goes on.
 
 ``--random`` takes a ``benchmarks/senses_baseline.py --json`` file of the
 same shape, so the table shows model - random (random weights do not depend
 on the step: measure them once). Prints a Markdown table; ``--json`` keeps
-the figures.
+the figures. ``--from-json`` redraws the table and plot from such a file
+without loading any model.
 """
 import json
 import re
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Annotated, Dict, List, Optional
 
 import typer
 
+from campaign_curve import plain_log_ticks
 from campaign_snapshot import read_log
 from portable_paths import portable_path
 from registry_fetch import sha256_of
@@ -71,21 +84,131 @@ def run_info(label: str, directory: Path, run: Optional[Path]) -> dict:
     history = directory / "history.jsonl"
     if history.is_file():
         last = json.loads(history.read_text(encoding="utf-8").splitlines()[-1])
-        return {k: last[k] for k in ("step", "tokens_seen") if k in last}
+        info = {k: last[k] for k in ("step", "tokens_seen") if k in last}
+        if "dev_ppl" in last:
+            info["heldout_ppl"] = last["dev_ppl"]
+        return info
+    snapshot = directory / "snapshot.json"
+    if snapshot.is_file():
+        snap = json.loads(snapshot.read_text(encoding="utf-8"))
+        info = {k: snap[k] for k in ("step", "tokens_seen") if k in snap}
+        ppl = snap.get("check", {}).get("ppl", {}).get("float16") or snap.get("last_eval", {}).get("dev_ppl")
+        if ppl:
+            info["heldout_ppl"] = ppl
+        return info
     return {}
 
 
+def parse_tokens(pairs: List[str]) -> Dict[str, int]:
+    out = {}
+    for pair in pairs:
+        label, _, number = pair.partition("=")
+        try:
+            out[label] = int(float(number))
+        except ValueError:
+            raise typer.BadParameter(f"--tokens {pair!r}: give LABEL=N (tokens seen, e.g. 702.5e6)") from None
+    return out
+
+
+def best_margins(row: dict, baseline: dict) -> Dict[str, float]:
+    """Per method, the best contextual layer's (1..L, not the mean) accuracy
+    minus the random-weights mean on that layer, in points."""
+    out = {}
+    for method in METHODS:
+        layers = [layer for layer in row["senses"][method] if layer not in ("0", "mix")]
+        out[method] = max(100 * (row["senses"][method][layer] - baseline[method][layer]["mean"]) for layer in layers)
+    return out
+
+
+def draw(rows: List[dict], baseline: Optional[dict], target: float, plot: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if baseline is None:
+        raise typer.BadParameter("--plot draws margins over random weights: give --random")
+    rows = sorted((row for row in rows if "tokens_seen" in row), key=lambda row: row["tokens_seen"])
+    if not rows:
+        raise typer.BadParameter("--plot: no row has tokens seen (give --tokens LABEL=N)")
+    tokens = [row["tokens_seen"] for row in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 3.8))
+    with_ppl = [(t, row["heldout_ppl"], row["label"]) for t, row in zip(tokens, rows) if "heldout_ppl" in row]
+    left.plot([t for t, _, _ in with_ppl], [p for _, p, _ in with_ppl], marker="o")
+    for t, p, label in with_ppl:
+        left.annotate(label, (t, p), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    if with_ppl:
+        left.set_xscale("log")
+        left.set_yscale("log")
+        plain_log_ticks(left.yaxis, 1, "")
+    else:
+        left.text(0.5, 0.5, "no held-out perplexity recorded", ha="center", transform=left.transAxes)
+    left.set_ylabel("held-out perplexity")
+    for method in METHODS:
+        right.plot(tokens, [best_margins(row, baseline)[method] for row in rows], marker="o",
+                   label=f"best layer, {'nearest centroid' if method == 'centroid' else '1-NN'}")
+    for t, row in zip(tokens, rows):
+        right.annotate(row["label"], (t, best_margins(row, baseline)["centroid"]), textcoords="offset points",
+                       xytext=(4, 4), fontsize=8)
+    right.axhline(target, linestyle="--", linewidth=0.8, color="grey")
+    right.annotate(f"target +{target:g}", (0.01, target), xycoords=("axes fraction", "data"), va="bottom", fontsize=8)
+    right.set_ylim(bottom=0, top=max(target + 3, right.get_ylim()[1]))
+    right.legend(fontsize=8, loc="lower right")
+    right.set_xscale("log")
+    right.set_ylabel("sense accuracy - random weights (points)")
+    for ax in (left, right) if with_ppl else (right,):
+        plain_log_ticks(ax.xaxis, 1e6, "M")
+    for ax in (left, right):
+        ax.set_xlabel("tokens seen")
+        ax.grid(True, which="both", linewidth=0.3)
+    fig.tight_layout()
+    plot.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(plot, dpi=110)
+    plt.close(fig)
+
+
 def main(
-    bilms: List[str] = typer.Argument(..., help="LABEL=DIR pairs (exported biLMs)"),
-    bank: Path = typer.Option(REPO / "examples" / "bank.txt", help="The README demo's 16 bank sentences"),
-    random: Optional[Path] = typer.Option(None, help="benchmarks/senses_baseline.py --json output of the same shape"),
-    run: Optional[Path] = typer.Option(None, help="The pretraining run (its log.jsonl): steps and tokens seen for labels stepN"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the figures here"),
+    bilms: Annotated[Optional[List[str]], typer.Argument(help="LABEL=DIR pairs (exported biLMs)")] = None,
+    bank: Annotated[Path, typer.Option(help="The README demo's 16 bank sentences")] = REPO / "examples" / "bank.txt",
+    random: Annotated[Optional[Path], typer.Option(help="benchmarks/senses_baseline.py --json output of the same shape")] = None,
+    run: Annotated[Optional[Path], typer.Option(help="The pretraining run (its log.jsonl): steps and tokens seen for labels stepN")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the figures here")] = None,
+    tokens: Annotated[Optional[List[str]], typer.Option(help="LABEL=N: tokens seen by that biLM in the whole campaign (repeatable)")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="Draw perplexity and sense margins against tokens seen here (PNG)")] = None,
+    target: Annotated[float, typer.Option(help="The sense margin to draw as a line on the plot (points)")] = 20.0,
+    from_json: Annotated[Optional[Path], typer.Option(help="Redraw the table (and --plot) from an earlier --json file")] = None,
 ) -> None:
+    if from_json is not None:
+        if bilms:
+            raise typer.BadParameter("give either LABEL=DIR pairs or --from-json, not both")
+        saved = json.loads(from_json.read_text(encoding="utf-8"))
+        rows, baseline = saved["rows"], saved["random"]
+    else:
+        if not bilms:
+            raise typer.BadParameter("give LABEL=DIR pairs (exported biLMs) or --from-json FILE")
+        if plot is not None and random is None:
+            raise typer.BadParameter("--plot draws margins over random weights: give --random")
+        baseline = json.loads(random.read_text(encoding="utf-8"))["random"] if random else None
+        rows = measure(bilms, bank, run)
+    campaign_tokens = parse_tokens(tokens or [])
+    unknown = set(campaign_tokens) - {row["label"] for row in rows}
+    if unknown:
+        raise typer.BadParameter(f"--tokens: no biLM labelled {', '.join(sorted(unknown))}")
+    for row in rows:
+        if row["label"] in campaign_tokens:
+            row["tokens_seen"] = campaign_tokens[row["label"]]
+    print_table(rows, baseline)
+    if json_out:
+        json_out.write_text(json.dumps({"rows": rows, "random": baseline}, indent=1) + "\n", encoding="utf-8")
+    if plot is not None:
+        draw(rows, baseline, target, plot)
+        typer.echo(f"wrote {plot.name}", err=True)
+
+
+def measure(bilms: List[str], bank: Path, run: Optional[Path]) -> List[dict]:
     from spacy_elmo.loading import load_bilm
     from spacy_elmo.senses import sense_eval
 
-    baseline = json.loads(random.read_text(encoding="utf-8"))["random"] if random else None
     rows = []
     for pair in bilms:
         if "=" not in pair:
@@ -100,8 +223,12 @@ def main(
                "senses": senses, "bank": bank_demo(bilm, bank, layers)}
         rows.append(row)
         typer.echo(f"[{label}] done", err=True)
-    header = "| biLM | step | tokens | " + " | ".join(f"{m} L{l}" for m in METHODS for l in ("1", "2", "mix")) + \
-        " | money query, L1 / L2 / mix (of 4) |"
+    return rows
+
+
+def print_table(rows: List[dict], baseline: Optional[dict]) -> None:
+    header = "| biLM | step | tokens | held-out ppl | " + \
+        " | ".join(f"{m} L{l}" for m in METHODS for l in ("1", "2", "mix")) + " | money query, L1 / L2 / mix (of 4) |"
     typer.echo(header)
     typer.echo("|" + "---|" * (header.count("|") - 1))
     for row in rows:
@@ -113,9 +240,8 @@ def main(
                 cells.append(f"{acc:.1f}{delta}")
         money = " / ".join(str(row["bank"][layer]["money"]) for layer in ("1", "2", "mix"))
         tokens = f"{row['tokens_seen'] / 1e6:.2f}M" if "tokens_seen" in row else "?"
-        typer.echo(f"| {row['label']} | {row.get('step', '?')} | {tokens} | " + " | ".join(cells) + f" | {money} |")
-    if json_out:
-        json_out.write_text(json.dumps({"rows": rows, "random": baseline}, indent=1) + "\n", encoding="utf-8")
+        ppl = f"{row['heldout_ppl']:.1f}" if "heldout_ppl" in row else "?"
+        typer.echo(f"| {row['label']} | {row.get('step', '?')} | {tokens} | {ppl} | " + " | ".join(cells) + f" | {money} |")
 
 
 if __name__ == "__main__":

@@ -74,3 +74,58 @@ def test_a_bank_file_that_is_not_the_demos_is_refused(exported, tmp_path):
         senses_curve.main([f"x={directory}"], short, None, None, None)
     with pytest.raises(typer.BadParameter, match="LABEL=DIR"):
         senses_curve.main([str(directory)], BANK, None, None, None)
+
+
+def fake_row(label, tokens, centroid, nn):
+    """A row as --json writes it: accuracies per method and layer (0, 1, 2, mix)."""
+    return {"label": label, "tokens_seen": tokens, "heldout_ppl": 100.0,
+            "senses": {"centroid": dict(zip("0 1 2 mix".split(), centroid)), "1nn": dict(zip("0 1 2 mix".split(), nn))},
+            "bank": {layer: {"money": 1, "river": 4} for layer in ("0", "1", "2", "mix")}}
+
+
+RANDOM = {m: {layer: {"mean": 0.5 if layer == "0" else 0.52} for layer in ("0", "1", "2", "mix")} for m in ("centroid", "1nn")}
+
+
+def test_best_margin_is_the_best_contextual_layer_over_its_random_mean():
+    row = fake_row("a", 10, (0.5, 0.60, 0.70, 0.90), (0.5, 0.62, 0.55, 0.90))
+    margins = senses_curve.best_margins(row, RANDOM)
+    assert margins["centroid"] == pytest.approx(18.0)  # layer 2; the mean of the layers (mix) is not a layer
+    assert margins["1nn"] == pytest.approx(10.0)  # layer 1
+
+
+def test_snapshot_gives_its_stage_tokens_and_tokens_override_them(tmp_path):
+    snap = tmp_path / "snap"
+    snap.mkdir()
+    (snap / "snapshot.json").write_text(json.dumps({"step": 1073, "tokens_seen": 99_696_762,
+                                                    "last_eval": {"dev_ppl": 88.10095},
+                                                    "check": {"ppl": {"float32": 88.1, "float16": 88.11}}}))
+    assert senses_curve.run_info("gpu4", snap, None) == {"step": 1073, "tokens_seen": 99_696_762, "heldout_ppl": 88.11}
+    saved = tmp_path / "curve.json"
+    saved.write_text(json.dumps({"rows": [fake_row("v4", 1, (0.5, 0.6, 0.69, 0.68), (0.5, 0.55, 0.62, 0.6)),
+                                          fake_row("gpu4", 2, (0.5, 0.6, 0.68, 0.68), (0.5, 0.55, 0.63, 0.6))],
+                                 "random": RANDOM}))
+    out = tmp_path / "again.json"
+    senses_curve.main(json_out=out, from_json=saved, tokens=["gpu4=702.5e6"])
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["tokens_seen"] for r in rows] == [1, 702_500_000]
+    with pytest.raises(typer.BadParameter, match="no biLM labelled v9"):
+        senses_curve.main(from_json=saved, tokens=["v9=1e6"])
+    with pytest.raises(typer.BadParameter, match="LABEL=N"):
+        senses_curve.main(from_json=saved, tokens=["gpu4=lots"])
+
+
+def test_plot_from_json_and_its_errors(tmp_path):
+    saved = tmp_path / "curve.json"
+    rows = [fake_row("b", 4e8, (0.5, 0.6, 0.69, 0.68), (0.5, 0.55, 0.62, 0.6)),
+            fake_row("a", 5e7, (0.5, 0.6, 0.63, 0.62), (0.5, 0.55, 0.54, 0.6))]
+    saved.write_text(json.dumps({"rows": rows, "random": RANDOM}))
+    plot = tmp_path / "img" / "senses.png"
+    senses_curve.main(from_json=saved, plot=plot)
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    saved.write_text(json.dumps({"rows": rows, "random": None}))
+    with pytest.raises(typer.BadParameter, match="give --random"):
+        senses_curve.main(from_json=saved, plot=plot)
+    with pytest.raises(typer.BadParameter, match="give --random"):
+        senses_curve.main(["x=somewhere"], plot=plot)  # refused before any model is loaded
+    with pytest.raises(typer.BadParameter, match="not both"):
+        senses_curve.main(["x=somewhere"], from_json=saved)
