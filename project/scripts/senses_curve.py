@@ -120,6 +120,24 @@ def best_margins(row: dict, baseline: dict) -> Dict[str, float]:
     return out
 
 
+def margin_slopes(rows: List[dict], baseline: dict) -> Dict[str, float]:
+    """Per method, the least-squares slope of the best-layer margin (points)
+    against log2 of tokens seen: points gained per doubling of tokens (rows
+    without tokens seen are left out; empty with fewer than two)."""
+    import math
+
+    points = [(math.log2(row["tokens_seen"]), best_margins(row, baseline)) for row in rows if row.get("tokens_seen")]
+    if len({x for x, _ in points}) < 2:
+        return {}
+    mean_x = sum(x for x, _ in points) / len(points)
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    out = {}
+    for method in METHODS:
+        mean_y = sum(m[method] for _, m in points) / len(points)
+        out[method] = sum((x - mean_x) * (m[method] - mean_y) for x, m in points) / spread
+    return out
+
+
 def draw(rows: List[dict], baseline: Optional[dict], target: float, plot: Path) -> None:
     import matplotlib
 
@@ -140,7 +158,12 @@ def draw(rows: List[dict], baseline: Optional[dict], target: float, plot: Path) 
     if with_ppl:
         left.set_xscale("log")
         left.set_yscale("log")
-        plain_log_ticks(left.yaxis, 1, "")
+        from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
+
+        ppls = [p for _, p, _ in with_ppl]  # a narrow range: a labelled tick every 10
+        left.yaxis.set_major_locator(FixedLocator(range(int(min(ppls) // 10 * 10), int(max(ppls) // 10 * 10) + 11, 10)))
+        left.yaxis.set_major_formatter(ScalarFormatter())
+        left.yaxis.set_minor_formatter(NullFormatter())
     else:
         left.text(0.5, 0.5, "no held-out perplexity recorded", ha="center", transform=left.transAxes)
     left.set_ylabel("held-out perplexity")
@@ -198,6 +221,9 @@ def main(
         if row["label"] in campaign_tokens:
             row["tokens_seen"] = campaign_tokens[row["label"]]
     print_table(rows, baseline)
+    if baseline is not None:
+        for method, slope in margin_slopes(rows, baseline).items():
+            typer.echo(f"best-layer margin ({method}) per doubling of tokens, least squares over the rows: {slope:+.2f} points")
     if json_out:
         json_out.write_text(json.dumps({"rows": rows, "random": baseline}, indent=1) + "\n", encoding="utf-8")
     if plot is not None:

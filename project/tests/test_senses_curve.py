@@ -129,3 +129,14 @@ def test_plot_from_json_and_its_errors(tmp_path):
         senses_curve.main(["x=somewhere"], plot=plot)  # refused before any model is loaded
     with pytest.raises(typer.BadParameter, match="not both"):
         senses_curve.main(["x=somewhere"], from_json=saved)
+
+
+def test_margin_slope_is_points_per_doubling_of_tokens():
+    rows = [fake_row("a", 1e8, (0.5, 0.6, 0.62, 0.6), (0.5, 0.55, 0.52, 0.6)),
+            fake_row("b", 2e8, (0.5, 0.6, 0.64, 0.6), (0.5, 0.55, 0.52, 0.6)),
+            fake_row("c", 8e8, (0.5, 0.6, 0.68, 0.6), (0.5, 0.55, 0.52, 0.6)),
+            fake_row("no tokens", None, (0.5, 0.9, 0.9, 0.9), (0.5, 0.9, 0.9, 0.9))]
+    slopes = senses_curve.margin_slopes(rows, RANDOM)
+    assert slopes["centroid"] == pytest.approx(2.0)  # +2 points per doubling, exactly on the line
+    assert slopes["1nn"] == pytest.approx(0.0)  # layer 1 (0.55) is the best 1-NN layer throughout
+    assert senses_curve.margin_slopes(rows[:1], RANDOM) == {}
