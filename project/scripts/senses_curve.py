@@ -34,6 +34,7 @@ the figures. ``--from-json`` redraws the table and plot from such a file
 without loading any model.
 """
 import json
+import math
 import re
 from pathlib import Path
 from typing import Annotated, Dict, List, Optional
@@ -124,8 +125,6 @@ def margin_slopes(rows: List[dict], baseline: dict) -> Dict[str, float]:
     """Per method, the least-squares slope of the best-layer margin (points)
     against log2 of tokens seen: points gained per doubling of tokens (rows
     without tokens seen are left out; empty with fewer than two)."""
-    import math
-
     points = [(math.log2(row["tokens_seen"]), best_margins(row, baseline)) for row in rows if row.get("tokens_seen")]
     if len({x for x, _ in points}) < 2:
         return {}
