@@ -137,14 +137,12 @@ def margin_slopes(rows: List[dict], baseline: dict) -> Dict[str, float]:
     return out
 
 
-def draw(rows: List[dict], baseline: Optional[dict], target: float, plot: Path) -> None:
+def draw(rows: List[dict], baseline: dict, target: float, plot: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if baseline is None:
-        raise typer.BadParameter("--plot draws margins over random weights: give --random")
     rows = sorted((row for row in rows if "tokens_seen" in row), key=lambda row: row["tokens_seen"])
     if not rows:
         raise typer.BadParameter("--plot: no row has tokens seen (give --tokens LABEL=N)")
@@ -200,18 +198,18 @@ def main(
     target: Annotated[float, typer.Option(help="The sense margin to draw as a line on the plot (points)")] = 20.0,
     from_json: Annotated[Optional[Path], typer.Option(help="Redraw the table (and --plot) from an earlier --json file")] = None,
 ) -> None:
-    if from_json is not None:
-        if bilms:
-            raise typer.BadParameter("give either LABEL=DIR pairs or --from-json, not both")
-        saved = json.loads(from_json.read_text(encoding="utf-8"))
-        rows, baseline = saved["rows"], saved["random"]
+    if from_json is not None and bilms:
+        raise typer.BadParameter("give either LABEL=DIR pairs or --from-json, not both")
+    if from_json is None and not bilms:
+        raise typer.BadParameter("give LABEL=DIR pairs (exported biLMs) or --from-json FILE")
+    saved = json.loads(from_json.read_text(encoding="utf-8")) if from_json is not None else None
+    if saved is not None:
+        baseline = saved["random"]
     else:
-        if not bilms:
-            raise typer.BadParameter("give LABEL=DIR pairs (exported biLMs) or --from-json FILE")
-        if plot is not None and random is None:
-            raise typer.BadParameter("--plot draws margins over random weights: give --random")
         baseline = json.loads(random.read_text(encoding="utf-8"))["random"] if random else None
-        rows = measure(bilms, bank, run)
+    if plot is not None and baseline is None:  # refused before any model is loaded
+        raise typer.BadParameter("--plot draws margins over random weights: give --random")
+    rows = saved["rows"] if saved is not None else measure(bilms, bank, run)
     campaign_tokens = parse_tokens(tokens or [])
     unknown = set(campaign_tokens) - {row["label"] for row in rows}
     if unknown:
