@@ -242,3 +242,36 @@ def test_a_pin_keeps_the_slice_when_the_package_text_changes(tmp_path, monkeypat
     pin.write_text("An edited line.\n", encoding="utf-8")
     with pytest.raises(SystemExit, match="not the pinned held-out lines of p"):
         _build(tmp_path, "edited")
+
+
+def test_split_heldout_cuts_each_source_back_out_by_kind(tmp_path, monkeypatch):
+    import split_heldout
+
+    _fake_sources(monkeypatch, extra=True)
+    built = _build(tmp_path, "built", "x,y")
+    monkeypatch.setattr(split_heldout, "REFERENCE_SOURCES", frozenset({"b"}))
+    written = split_heldout.split(built, tmp_path / "parts")
+    assert sorted(written) == ["new/x.txt", "prose/a.txt", "reference/b.txt"]  # y's one line is too short
+    parts = tmp_path / "parts"
+    held = (built / "heldout.txt").read_text(encoding="utf-8")
+    assert (parts / "prose/a.txt").read_text(encoding="utf-8") + (parts / "reference/b.txt").read_text(
+        encoding="utf-8") == held
+    assert all("first source" in line for line in (parts / "prose/a.txt").read_text().splitlines())
+    assert (parts / "new/x.txt").read_text() == (built / "heldout_new.txt").read_text()
+    assert written["prose/a.txt"]["lines"] == len((parts / "prose/a.txt").read_text().splitlines()) > 0
+    # Held-out text that is not the build stats.json describes is refused, naming the file.
+    (built / "heldout.txt").write_text(held.replace("first", "1st", 1), encoding="utf-8")
+    with pytest.raises(SystemExit, match="heldout.txt: the held-out lines of a do not match"):
+        split_heldout.split(built, tmp_path / "parts2")
+    (built / "heldout.txt").write_text(held + "One more line of text here.\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="different builds"):
+        split_heldout.split(built, tmp_path / "parts2")
+    with pytest.raises(SystemExit, match="build the corpus first"):
+        split_heldout.split(tmp_path / "nothing", tmp_path / "parts2")
+
+
+def test_split_heldout_kinds_name_real_sources():
+    import split_heldout
+
+    assert split_heldout.REFERENCE_SOURCES <= set(fpt.SOURCES) | set(fpt.EXTRA_SOURCES)
+    assert [split_heldout.kind_of(s) for s in fpt.SOURCES].count("prose") == 8

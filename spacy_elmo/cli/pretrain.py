@@ -171,6 +171,7 @@ def perplexity(
     lang: Lang = "en",
     max_tokens: int = typer.Option(64, min=1, help="Window length in tokens, as in pretraining (the shipped model: 64)"),
     batch_size: BatchSize = 128,
+    each: bool = typer.Option(False, "--each", help="One line per TEXTS argument (a directory counts as one part), then the whole"),
     progress: Progress = None,
 ) -> None:
     """Held-out perplexity (forward, backward, geometric mean) of a biLM's language models on TEXTS.
@@ -180,9 +181,11 @@ def perplexity(
     directory with vocab.txt and softmax.hdf5 beside the weights (pretrain's
     export/): the published AllenNLP models ship no softmax. The text is
     tokenised as pretraining tokenises it (spaCy's tokenizer for LANG), so the
-    figure compares with the training log's."""
+    figure compares with the training log's. --each gives each argument's
+    figures (e.g. a held-out slice's sources, or its prose and reference
+    parts) and then the whole's, the model loaded once."""
     from .. import hub
-    from ..pretrain.perplexity import perplexity as held_out
+    from ..pretrain.perplexity import perplexity_parts
 
     if model is None or model.strip().lower() in hub.SHIPPED_NAMES:
         directory = hub.shipped_model()[0].parent
@@ -193,8 +196,12 @@ def perplexity(
             f"--model {model}: perplexity needs a model directory with the softmax and vocabulary the biLM was "
             "trained with (english, or a directory written by `pretrain`/`export`)"
         )
-    result = held_out(directory, texts, lang=lang, max_tokens=max_tokens, batch_size=batch_size, progress=show_progress(progress))
-    typer.echo(
-        f"perplexity forward {result['ppl_forward']:.2f}, backward {result['ppl_backward']:.2f}, "
-        f"mean {result['ppl']:.2f} over {result['tokens']:,} tokens ({100 * result['unk_fraction']:.1f}% <UNK>)"
-    )
+    parts = [[text] for text in texts] if each else [texts]
+    results = perplexity_parts(directory, parts, lang=lang, max_tokens=max_tokens, batch_size=batch_size,
+                               progress=show_progress(progress))
+    rows = zip([f"{text}: " for text in texts] + ["all: "], results) if each else [("", results[-1])]
+    for label, result in rows:
+        typer.echo(
+            f"{label}perplexity forward {result['ppl_forward']:.2f}, backward {result['ppl_backward']:.2f}, "
+            f"mean {result['ppl']:.2f} over {result['tokens']:,} tokens ({100 * result['unk_fraction']:.1f}% <UNK>)"
+        )

@@ -17,7 +17,7 @@ the share of such targets is reported beside it.
 """
 import math
 from pathlib import Path
-from typing import Dict, Sequence, Union
+from typing import Dict, List, Sequence, Union
 
 import numpy
 import torch
@@ -45,7 +45,36 @@ def perplexity(
     ``model_dir`` on ``texts`` (files or directories, as ``pretrain`` reads
     them). Returns ``ppl_forward``, ``ppl_backward``, ``ppl``, ``tokens`` and
     ``unk_fraction``. ``progress``: a tqdm bar (stderr) over the windows."""
-    model_dir = Path(model_dir)
+    return perplexity_parts(model_dir, [texts], lang, max_tokens, batch_size, progress)[0]
+
+
+def perplexity_parts(
+    model_dir: Union[str, Path],
+    parts: Sequence[Sequence[Union[str, Path]]],
+    lang: str = "en",
+    max_tokens: int = 64,
+    batch_size: int = 128,
+    progress: bool = False,
+) -> List[Dict[str, float]]:
+    """:func:`perplexity` of each part (a list of files or directories), the
+    model loaded once, and then of all parts together: ``len(parts) + 1``
+    results, the last for the whole. Windows never cross a line, so the whole's
+    figures are exactly those of one :func:`perplexity` over every part (the
+    token-weighted sums of the parts' log-probabilities)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, found {batch_size}")
+    model, vocab, options = _load(Path(model_dir))
+    results, totals = [], numpy.zeros(4)
+    for texts in parts:
+        corpus = read_corpus(texts, lang, max_tokens)
+        sums = _score(model, vocab, Batcher(corpus, vocab, options.max_characters_per_token), corpus, batch_size, progress)
+        totals += sums
+        results.append(_figures(sums))
+    results.append(_figures(totals))
+    return results
+
+
+def _load(model_dir: Path):
     needed = ["weights.hdf5", "options.json", "vocab.txt", "softmax.hdf5"]
     missing = [name for name in needed if not (model_dir / name).is_file()]
     if missing:
@@ -53,11 +82,8 @@ def perplexity(
             f"{model_dir} lacks {', '.join(missing)}: perplexity needs the biLM and the softmax and vocabulary "
             "it was trained with (a directory written by `pretrain` or `export`)"
         )
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, found {batch_size}")
     options = BiLMOptions.from_file(model_dir / "options.json")
     vocab = Vocab.from_file(model_dir / "vocab.txt")
-    corpus = read_corpus(texts, lang, max_tokens)
     model = PretrainModel(options, len(vocab), dropout=0.0)
     load_datasets(model.bilm, read_datasets(model_dir / "weights.hdf5", options))
     try:
@@ -65,23 +91,28 @@ def perplexity(
     except ValueError as err:
         raise PretrainError(str(err)) from None
     model.eval()
-    batcher = Batcher(corpus, vocab, options.max_characters_per_token)
+    return model, vocab, options
+
+
+def _score(model: PretrainModel, vocab: Vocab, batcher: Batcher, corpus, batch_size: int, progress: bool) -> numpy.ndarray:
+    """Summed forward and backward negative log-likelihood, targets, ``<UNK>`` targets."""
     order = numpy.argsort([len(corpus.window(i)) for i in range(len(corpus))], kind="stable")
-    sums = [0.0, 0.0, 0]
-    unk = 0
+    sums = numpy.zeros(4)
     device = torch.device("cpu")
     bar = tqdm(total=len(order), desc="perplexity", unit=" windows", disable=not progress)
     with torch.no_grad(), bar:
         for start in range(0, len(order), batch_size):
             char_ids, targets, _ = batcher(order[start : start + batch_size], device)
             nll_f, nll_b, n = model.head(model.top_layer(char_ids), targets)
-            sums[0] += float(nll_f)
-            sums[1] += float(nll_b)
-            sums[2] += int(n)
             # Targets of one direction: every token and the closing boundary.
-            unk += int((targets[:, 1:] == vocab.unk_id).sum())
+            unk = int((targets[:, 1:] == vocab.unk_id).sum())
+            sums += (float(nll_f), float(nll_b), int(n), unk)
             bar.update(len(order[start : start + batch_size]))
-    nll_f, nll_b, n = sums
+    return sums
+
+
+def _figures(sums: numpy.ndarray) -> Dict[str, float]:
+    nll_f, nll_b, n, unk = sums
     return {
         "ppl_forward": math.exp(nll_f / n),
         "ppl_backward": math.exp(nll_b / n),

@@ -6,6 +6,8 @@ cut into windows of at most ``max_tokens`` tokens. ``.spacy`` files
 (:class:`spacy.tokens.DocBin`, msgpack, no pickle) give one window per
 sentence when the docs have sentence boundaries, else per doc (cut the same
 way). A directory is read recursively: every non-hidden file, in sorted order.
+A path given twice is read twice: naming a directory and then some of its
+files weights those files double (upsampling a source).
 
 Bad input never crashes mid-run; it is skipped and counted (``CorpusStats``),
 or, with ``strict=True``, raises a :class:`~.errors.PretrainError` (a

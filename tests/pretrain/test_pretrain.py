@@ -530,6 +530,22 @@ def test_corpus_cache_round_trip_and_invalidation(tmp_path):
     assert read_corpus([text], max_tokens=4, cache_dir=cache).types == changed.types
 
 
+def test_a_source_given_twice_is_read_twice_and_cached_apart(tmp_path):
+    """Repeating a path is how a source is upsampled (e.g. a directory and then its prose files)."""
+    d = tmp_path / "corpus"
+    d.mkdir()
+    (d / "prose.txt").write_text("The cat sat on the mat .\n", encoding="utf-8")
+    (d / "glosses.txt").write_text("a domestic animal .\n", encoding="utf-8")
+    cache = tmp_path / "cache"
+    once = read_corpus([d], max_tokens=16, cache_dir=cache)
+    twice = read_corpus([d, d / "prose.txt"], max_tokens=16, cache_dir=cache)
+    assert len(list(cache.glob("corpus-*.npz"))) == 2
+    assert len(once) == 2 and len(twice) == 3
+    assert twice.word_counts()["cat"] == 2 * once.word_counts()["cat"] == 2
+    assert twice.word_counts()["animal"] == once.word_counts()["animal"] == 1
+    assert twice.stats.files == 3
+
+
 def _cache_file(cache):
     files = list(cache.glob("corpus-*.npz"))
     assert len(files) == 1, files
