@@ -63,6 +63,8 @@ def perplexity_parts(
     token-weighted sums of the parts' log-probabilities)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, found {batch_size}")
+    if not parts:
+        raise ValueError("perplexity_parts needs at least one part")
     model, vocab, options = _load(Path(model_dir))
     results, totals = [], numpy.zeros(4)
     for texts in parts:
