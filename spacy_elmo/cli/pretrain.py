@@ -171,7 +171,7 @@ def perplexity(
     lang: Lang = "en",
     max_tokens: int = typer.Option(64, min=1, help="Window length in tokens, as in pretraining (the shipped model: 64)"),
     batch_size: BatchSize = 128,
-    each: bool = typer.Option(False, "--each", help="One line per TEXTS argument (a directory counts as one part), then the whole"),
+    each: bool = typer.Option(False, "--each", help="One line per TEXTS argument (a directory counts as one part), then all of them together"),
     progress: Progress = None,
 ) -> None:
     """Held-out perplexity (forward, backward, geometric mean) of a biLM's language models on TEXTS.

@@ -60,7 +60,8 @@ def perplexity_parts(
     model loaded once, and then of all parts together: ``len(parts) + 1``
     results, the last for the whole. Windows never cross a line, so the whole's
     figures are exactly those of one :func:`perplexity` over every part (the
-    token-weighted sums of the parts' log-probabilities)."""
+    token-weighted sums of the parts' log-probabilities; a file in two parts
+    counts twice)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, found {batch_size}")
     if not parts:
@@ -69,7 +70,8 @@ def perplexity_parts(
     results, totals = [], numpy.zeros(4)
     for texts in parts:
         corpus = read_corpus(texts, lang, max_tokens)
-        sums = _score(model, vocab, Batcher(corpus, vocab, options.max_characters_per_token), corpus, batch_size, progress)
+        sums = _score(model, Batcher(corpus, vocab, options.max_characters_per_token), corpus, vocab.unk_id,
+                      batch_size, progress)
         totals += sums
         results.append(_figures(sums))
     results.append(_figures(totals))
@@ -96,7 +98,7 @@ def _load(model_dir: Path):
     return model, vocab, options
 
 
-def _score(model: PretrainModel, vocab: Vocab, batcher: Batcher, corpus, batch_size: int, progress: bool) -> numpy.ndarray:
+def _score(model: PretrainModel, batcher: Batcher, corpus, unk_id: int, batch_size: int, progress: bool) -> numpy.ndarray:
     """Summed forward and backward negative log-likelihood, targets, ``<UNK>`` targets."""
     order = numpy.argsort([len(corpus.window(i)) for i in range(len(corpus))], kind="stable")
     sums = numpy.zeros(4)
@@ -107,7 +109,7 @@ def _score(model: PretrainModel, vocab: Vocab, batcher: Batcher, corpus, batch_s
             char_ids, targets, _ = batcher(order[start : start + batch_size], device)
             nll_f, nll_b, n = model.head(model.top_layer(char_ids), targets)
             # Targets of one direction: every token and the closing boundary.
-            unk = int((targets[:, 1:] == vocab.unk_id).sum())
+            unk = int((targets[:, 1:] == unk_id).sum())
             sums += (float(nll_f), float(nll_b), int(n), unk)
             bar.update(len(order[start : start + batch_size]))
     return sums
