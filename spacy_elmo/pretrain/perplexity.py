@@ -70,8 +70,8 @@ def perplexity_parts(
     results, totals = [], numpy.zeros(4)
     for texts in parts:
         corpus = read_corpus(texts, lang, max_tokens)
-        sums = _score(model, Batcher(corpus, vocab, options.max_characters_per_token), corpus, vocab.unk_id,
-                      batch_size, progress)
+        sums = _score(model, Batcher(corpus, vocab, options.max_characters_per_token), vocab.unk_id, batch_size,
+                      progress)
         totals += sums
         results.append(_figures(sums))
     results.append(_figures(totals))
@@ -98,9 +98,9 @@ def _load(model_dir: Path):
     return model, vocab, options
 
 
-def _score(model: PretrainModel, batcher: Batcher, corpus, unk_id: int, batch_size: int, progress: bool) -> numpy.ndarray:
+def _score(model: PretrainModel, batcher: Batcher, unk_id: int, batch_size: int, progress: bool) -> numpy.ndarray:
     """Summed forward and backward negative log-likelihood, targets, ``<UNK>`` targets."""
-    order = numpy.argsort([len(corpus.window(i)) for i in range(len(corpus))], kind="stable")
+    order = numpy.argsort(batcher.corpus.lengths(), kind="stable")
     sums = numpy.zeros(4)
     device = torch.device("cpu")
     bar = tqdm(total=len(order), desc="perplexity", unit=" windows", disable=not progress)
