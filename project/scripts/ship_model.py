@@ -296,6 +296,14 @@ def write_card(target: Path, history: list, stats: dict, command: str, note: str
     where = "on CPUs and, for part of its training, a GPU" if on_gpu else "on a CPU"
     threads = "" if on_gpu else "; torch threads as in the command below; the machine ran other work beside it"
     last = "last stage: " if current.get("stages") else ""
+    # Passes over "the" corpus only mean something when every stage read the
+    # same corpus (a stage recorded before stages kept theirs counts as the same).
+    epoch = current["corpus_tokens"]
+    if all(st.get("corpus_tokens", epoch) == epoch for st in current.get("stages") or []):
+        seen = f"{current['tokens_seen']:,} ({current['tokens_seen'] / epoch:.2f} passes over the {epoch:,} training tokens)"
+    else:
+        seen = (f"{current['tokens_seen']:,} in all stages (epochs differ between stages; the last stage's: "
+                f"{epoch:,} training tokens)")
     text = f"""# The shipped English biLM
 
 What `nlp.add_pipe("elmo")` loads when no weights are given (also by the
@@ -321,7 +329,7 @@ contextual English vectors offline.
 | | |
 |---|---|
 | steps | {current['step']:,} optimizer steps{stages_text}{'' if stages_text else ','} of {cfg['batch_size']} windows per process (at most {cfg['max_tokens']} tokens each) |
-| tokens seen | {current['tokens_seen']:,} ({current['tokens_seen'] / current['corpus_tokens']:.2f} passes over the {current['corpus_tokens']:,} training tokens) |
+| tokens seen | {seen} |
 | optimizer | {last}{cfg['optimizer']}, lr {cfg['lr']}, {cfg['warmup_steps']} warm-up steps, {cfg['schedule']} decay to 0 at step {cfg['max_steps']:,}; dropout {cfg['dropout']}; gradient norm clip {cfg['clip_norm']} |
 | wall time | {current['train_hours']:.1f} h of training |
 | hardware | {current['machine']}{threads} |
@@ -478,7 +486,7 @@ def ship(args) -> None:
     stages = []
     for earlier in args.earlier:
         before = run_summary(earlier)
-        stages.append({k: before[k] for k in ("step", "tokens_seen", "train_hours", "dev_ppl")})
+        stages.append({k: before[k] for k in ("step", "tokens_seen", "train_hours", "dev_ppl", "corpus_tokens")})
         for key in ("step", "tokens_seen", "train_hours"):
             summary[key] += before[key]
     summary["stages"] = stages

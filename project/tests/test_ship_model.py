@@ -119,7 +119,17 @@ def test_a_committed_snapshot_counts_as_the_earlier_run(run, tmp_path):
     assert result.returncode == 0, result.stderr
     shipped = json.loads((target / "history.jsonl").read_text().splitlines()[-1])
     assert shipped["step"] == 2 * direct["step"] and shipped["tokens_seen"] == 2 * direct["tokens_seen"]
-    assert shipped["stages"] == [{k: direct[k] for k in ("step", "tokens_seen", "train_hours", "dev_ppl")}]
+    assert shipped["stages"] == [{k: direct[k] for k in ("step", "tokens_seen", "train_hours", "dev_ppl",
+                                                         "corpus_tokens")}]
+    # Both stages read the same corpus: the card counts passes over it.
+    passes = f"({shipped['tokens_seen'] / direct['corpus_tokens']:.2f} passes over the {direct['corpus_tokens']:,}"
+    assert passes in (target / "MODEL_CARD.md").read_text()
+    # A last stage on another corpus (a source given twice): no passes, each epoch its own.
+    other = [dict(shipped, corpus_tokens=direct["corpus_tokens"] * 2)]
+    ship_model.write_card(target, other, json.loads(stats_file(tmp_path).read_text()), "c")
+    card = (target / "MODEL_CARD.md").read_text()
+    assert "passes over" not in card
+    assert f"in all stages (epochs differ between stages; the last stage's: {2 * direct['corpus_tokens']:,}" in card
     bare = tmp_path / "bare"
     bare.mkdir()
     (bare / "log.jsonl").write_bytes((run / "log.jsonl").read_bytes())
