@@ -290,8 +290,10 @@ def write_card(target: Path, history: list, stats: dict, command: str, note: str
     extra = [name for name in corpus if name in stats.get("extra_sources", {})]
     extra_text = (f" Sources added after the held-out slice was fixed ({', '.join(extra)}) hold out their "
                   "lines in `heldout_new.txt`, not in the slice the perplexities above are measured on.") if extra else ""
-    # The corpus with the extra sources is the v2 fetch command's.
-    fetch_command = "fetch-pretrain-text-v2" if extra else "fetch-pretrain-text"
+    # The corpus with the extra sources is the v2 fetch command's, and so is a
+    # run that read some of its files from corpus/pretrain2 (where that command writes).
+    from_v2 = any(Path(p).parts[:2] == ("corpus", "pretrain2") for p in cfg.get("train") or [])
+    fetch_command = "fetch-pretrain-text-v2" if extra or from_v2 else "fetch-pretrain-text"
     on_gpu = any(word in current["machine"] for word in ("NVIDIA", "GPU"))
     where = "on CPUs and, for part of its training, a GPU" if on_gpu else "on a CPU"
     threads = "" if on_gpu else "; torch threads as in the command below; the machine ran other work beside it"

@@ -59,6 +59,10 @@ def test_ship_then_update_card(run, tmp_path):
     (elsewhere / "options.json").write_bytes((target / "options.json").read_bytes())
     ship_model.write_card(elsewhere, with_extra, json.loads(stats_file(tmp_path).read_text()), "c")
     assert "after `python -m weasel run fetch-pretrain-text-v2`" in (elsewhere / "MODEL_CARD.md").read_text()
+    # Default sources only, but read from the v2 corpus's folder: the v2 command fetches them.
+    v2_files = [dict(history[0], config=dict(history[0]["config"], train=["corpus/pretrain2/train/train.txt"]))]
+    ship_model.write_card(elsewhere, v2_files, json.loads(stats_file(tmp_path).read_text()), "c")
+    assert "after `python -m weasel run fetch-pretrain-text-v2`" in (elsewhere / "MODEL_CARD.md").read_text()
     # A run no better than the shipped model is refused.
     again = ship(run, target, "--corpus-stats", stats_file(tmp_path), "--command", "c", "--date", "2026-11-26")
     assert again.returncode != 0 and "not below the shipped model's" in again.stderr
