@@ -92,10 +92,17 @@ def reuse_matching_runs(main_metrics: Path, out: Path, task: str, system: str, d
         same_budget = all(run.get("budget", {}).get(k) == v for k, v in budget.items())
         if run.get("provenance", {}).get("elmo_weights_sha256") == digest and same_budget:
             target = out / task / system / path.name
-            if not target.exists():
+            if not _same_weights(target, digest):  # absent, or a record of other weights under this label
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
                 typer.echo(f"reused {path}")
+
+
+def _same_weights(record: Path, digest: str) -> bool:
+    if not record.exists():
+        return False
+    run = json.loads(record.read_text(encoding="utf-8"))
+    return run.get("provenance", {}).get("elmo_weights_sha256") == digest
 
 
 if __name__ == "__main__":
