@@ -123,7 +123,7 @@ def print_slopes(rows: List[dict]) -> None:
           f"({first['tokens'] / 1e6:.0f}M to {end['tokens'] / 1e6:.0f}M tokens, "
           f"{math.log2(end['tokens'] / first['tokens']):.1f} doublings):\n")
     print("| figure | last version | target | change per doubling (all) | change per doubling (last two) "
-          "| doublings to the target at the first |")
+          "| doublings to the target at the slope over all |")
     print("|---|---|---|---|---|---|")
     for key, (title, target, higher) in TARGETS.items():
         values = [(row["tokens"], row.get(key)) for row in last]
