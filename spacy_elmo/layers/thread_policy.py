@@ -27,6 +27,14 @@ measures the seconds per token of every batch, and keeps the faster.
 
 ``threads = 0`` leaves torch's setting alone (the behaviour before this
 policy); ``threads = N`` runs every biLM batch on N threads.
+
+Outputs on one thread and on several agree to float32 rounding, and bit for
+bit where the BLAS library's matrix products do not split their sums by
+thread count; MKL does on some Intel CPUs (the shipped biLM's layers then
+differ by up to about 4e-6), so there ``"auto"``'s timing-driven choice can
+change the last bits of a batch. For bit-exact outputs run after run, fix
+the count (``threads = N``) or start the process with
+``MKL_CBWR=AUTO,STRICT`` (MKL's strict reproducibility mode).
 """
 import statistics
 import time
