@@ -37,7 +37,9 @@ metrics file exists is skipped (``--force`` redoes it), so the grid resumes
 where it stopped; an ELMo run whose metrics were made with other biLM
 weights (their sha256 differs from ``--elmo-weights``') is trained again,
 so that after a new biLM ships the same command reruns exactly the ELMo
-runs.
+runs, and so is any run recorded with another budget (``max_steps``,
+``eval_frequency``, ``patience``), so that a record always says what the
+command asked for.
 
 ``--score-stopped``: for runs whose training was ended from outside before
 its budget or patience stopped it (a session's end killed ``spacy train``),
@@ -184,6 +186,13 @@ def other_bilm(metrics_path: Path, provenance: Dict[str, str]) -> Optional[str]:
     return recorded if recorded is not None and recorded != wanted else None
 
 
+def other_budget(metrics_path: Path, budget: Dict[str, int]) -> Optional[Dict[str, int]]:
+    """The budget an existing run was recorded with when it is not this
+    grid's (a record that names none is taken as this grid's)."""
+    recorded = json.loads(metrics_path.read_text(encoding="utf-8")).get("budget")
+    return recorded if recorded is not None and recorded != budget else None
+
+
 def main(
     task: str = typer.Argument(..., help="pos | ner | sentiment"),
     systems: str = typer.Option("baseline,elmo_listener,elmo_tok2vec,transformer", help="Comma-separated systems"),
@@ -253,11 +262,16 @@ def main(
                 metrics_path = metrics_dir / task / system / f"{name}.json"
                 if metrics_path.exists() and not force:
                     other = other_bilm(metrics_path, provenance)
-                    if other is None:
+                    other_steps = other_budget(metrics_path, budget)
+                    if other is None and other_steps is None:
                         typer.echo(f"[{task} {system} {name}] done, skipped")
                         continue
-                    typer.echo(f"[{task} {system} {name}] recorded with other biLM weights (sha256 {other[:16]}…): "
-                               f"training again with {provenance['elmo_weights_sha256'][:16]}…")
+                    if other is not None:
+                        typer.echo(f"[{task} {system} {name}] recorded with other biLM weights (sha256 {other[:16]}…): "
+                                   f"training again with {provenance['elmo_weights_sha256'][:16]}…")
+                    else:
+                        typer.echo(f"[{task} {system} {name}] recorded with another budget ({json.dumps(other_steps, sort_keys=True)}): "
+                                   f"training again with {json.dumps(budget, sort_keys=True)}")
                 output = training_dir / task / system / name
                 train_slice = make_slice(train, fraction, seed, data / "slices")
                 if score_stopped:
