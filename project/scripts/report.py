@@ -16,7 +16,8 @@ Reads ``METRICS/<task>/<system>/f<fraction>_s<seed>.json`` (written by
 - ``mixes.png``: s_j per layer and gamma, per task, system and mix;
 - ``curves.png``: dev score against step and against training seconds, for
   the first seed at the main table's fraction, per task and system;
-- ``summary.json``: the aggregated numbers;
+- ``summary.json``: the aggregated numbers (per task, system and fraction)
+  and ``elmo_weights_sha256``, the biLM weights of its ELMo runs;
 - with ``--trend DIR`` (``trend.py``'s output): the task score against the
   biLM's held-out perplexity, a table and ``trend.png``.
 """
@@ -366,6 +367,8 @@ def main(
     (output / "README.md").write_text("\n".join(lines), encoding="utf-8")
     summary = {task: {system: {str(f): {"n": len(rs), "test": mean_sd([r["test"].get(TASKS[task][1]) for r in rs])[:2]}
                                for f, rs in fr.items()} for system, fr in sy.items()} for task, sy in grid.items()}
+    # Which biLM the ELMo figures come from (ship_model.py --update-card checks it).
+    summary["elmo_weights_sha256"] = sorted({digest for _, digest in weights if digest})
     (output / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     typer.echo(f"wrote {output / 'README.md'} and {', '.join(written)}")
 

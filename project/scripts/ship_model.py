@@ -198,9 +198,16 @@ def senses_record(path: Path, weights: Path) -> dict:
     return {"data": data.get("data", ""), "seeds": data.get("seeds"), "layers": layers}
 
 
-def downstream_record(path: Path) -> dict:
-    """Test scores (mean, sd, seeds) of tok2vec (``baseline``) and ELMo (``elmo_tok2vec``) per row."""
+def downstream_record(path: Path, weights: Optional[Path] = None) -> dict:
+    """Test scores (mean, sd, seeds) of tok2vec (``baseline``) and ELMo (``elmo_tok2vec``) per row.
+    With ``weights``, a summary whose ELMo runs name other biLM weights
+    (``elmo_weights_sha256``, written by report.py) is refused."""
     summary = json.loads(path.read_text(encoding="utf-8"))
+    recorded = summary.get("elmo_weights_sha256")
+    if weights is not None and recorded is not None and recorded != [sha256_of(weights)]:
+        names = ", ".join(d[:16] + "…" for d in recorded) or "none"
+        raise SystemExit(f"--downstream {path.name}: its ELMo runs used biLM weights {names}, not the shipped "
+                         f"{weights.name} ({sha256_of(weights)[:16]}…): rerun the headline grid with it, then report.py")
     rows = {}
     for label, task, fraction, measure in DOWNSTREAM_ROWS:
         cells = {system: summary.get(task, {}).get(system, {}).get(fraction) for system in ("baseline", "elmo_tok2vec")}
@@ -460,7 +467,7 @@ def update_card(args) -> None:
     if args.senses is not None:
         current["senses"] = senses_record(args.senses, target / "weights.hdf5")
     if args.downstream is not None:
-        current["downstream"] = downstream_record(args.downstream)
+        current["downstream"] = downstream_record(args.downstream, target / "weights.hdf5")
     for key in ("command", "note"):
         if getattr(args, key) is not None:
             current[key] = getattr(args, key)
@@ -514,7 +521,7 @@ def ship(args) -> None:
         if args.senses is not None:
             summary["senses"] = senses_record(args.senses, Path(tmp) / "weights.hdf5")
         if args.downstream is not None:
-            summary["downstream"] = downstream_record(args.downstream)
+            summary["downstream"] = downstream_record(args.downstream, Path(tmp) / "weights.hdf5")
         args.target.mkdir(parents=True, exist_ok=True)
         for name in FILES:
             shutil.copyfile(Path(tmp) / name, args.target / name)

@@ -73,6 +73,11 @@ def test_ship_then_update_card(run, tmp_path):
     summary = {"pos": {"baseline": {"1.0": {"n": 3, "test": [0.88, 0.002]}},
                        "elmo_tok2vec": {"1.0": {"n": 3, "test": [0.912, 0.002]}}},
                "ner": {"baseline": {"100.0": {"n": 3, "test": [0.29, 0.02]}}}}
+    # A summary whose ELMo runs name other weights is refused; one naming these goes on the card.
+    (tmp_path / "summary.json").write_text(json.dumps(dict(summary, elmo_weights_sha256=["0" * 64])), encoding="utf-8")
+    refused = ship("--update-card", target, "--corpus-stats", stats_file(tmp_path), "--downstream", tmp_path / "summary.json")
+    assert refused.returncode != 0 and "rerun the headline grid" in refused.stderr and "summary.json" in refused.stderr
+    summary["elmo_weights_sha256"] = [ship_model.sha256_of(target / "weights.hdf5")]
     (tmp_path / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
     senses = senses_file(tmp_path / "senses.json", target / "weights.hdf5")
     result = ship("--update-card", target, "--corpus-stats", stats_file(tmp_path), "--senses", senses,
