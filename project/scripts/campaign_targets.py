@@ -126,16 +126,16 @@ def print_slopes(rows: List[dict]) -> None:
           "| doublings to the target at the slope over all |")
     print("|---|---|---|---|---|---|")
     for key, (title, target, higher) in TARGETS.items():
-        values = [(row["tokens"], row.get(key)) for row in last]
-        if key == "ppl":  # perplexity falls by a ratio: fit its log, report percent
-            values = [(t, None if v is None else 100 * math.log(v)) for t, v in values]
+        # perplexity falls by a ratio: fit 100 x its log, i.e. percent per doubling
+        scale = (lambda v: 100 * math.log(v)) if key == "ppl" else (lambda v: v)
+        values = [(row["tokens"], None if row.get(key) is None else scale(row[key])) for row in last]
         current = end.get(key)
         s_all = slope(values)
         s_two = slope(values[-2:])
         if current is None or s_all is None:
             away = "–"
         else:
-            gap = (100 * math.log(target) if key == "ppl" else target) - (100 * math.log(current) if key == "ppl" else current)
+            gap = scale(target) - scale(current)
             met = current <= target if not higher else current >= target
             if met:
                 away = "met"

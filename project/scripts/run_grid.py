@@ -175,21 +175,21 @@ def speed(nlp, test: Path, n_docs: int, batches: int, warmup_epochs: int, batch_
     }
 
 
-def other_bilm(metrics_path: Path, provenance: Dict[str, str]) -> Optional[str]:
-    """The sha256 of the biLM weights an existing run was recorded with when
-    it is not the one this grid uses; None when they are the same or the
+def other_bilm(record: dict, provenance: Dict[str, str]) -> Optional[str]:
+    """The sha256 of the biLM weights an existing run's record names when it
+    is not the one this grid uses; None when they are the same or the
     system has no biLM (or the record names none)."""
     wanted = provenance.get("elmo_weights_sha256")
     if wanted is None:
         return None
-    recorded = json.loads(metrics_path.read_text(encoding="utf-8")).get("provenance", {}).get("elmo_weights_sha256")
+    recorded = record.get("provenance", {}).get("elmo_weights_sha256")
     return recorded if recorded is not None and recorded != wanted else None
 
 
-def other_budget(metrics_path: Path, budget: Dict[str, int]) -> Optional[Dict[str, int]]:
-    """The budget an existing run was recorded with when it is not this
-    grid's (a record that names none is taken as this grid's)."""
-    recorded = json.loads(metrics_path.read_text(encoding="utf-8")).get("budget")
+def other_budget(record: dict, budget: Dict[str, int]) -> Optional[Dict[str, int]]:
+    """The budget an existing run's record names when it is not this grid's
+    (a record that names none is taken as this grid's)."""
+    recorded = record.get("budget")
     return recorded if recorded is not None and recorded != budget else None
 
 
@@ -261,8 +261,9 @@ def main(
                 name = f"f{fraction_name(fraction)}_s{seed}"
                 metrics_path = metrics_dir / task / system / f"{name}.json"
                 if metrics_path.exists() and not force:
-                    other = other_bilm(metrics_path, provenance)
-                    other_steps = other_budget(metrics_path, budget)
+                    existing = json.loads(metrics_path.read_text(encoding="utf-8"))
+                    other = other_bilm(existing, provenance)
+                    other_steps = other_budget(existing, budget)
                     if other is None and other_steps is None:
                         typer.echo(f"[{task} {system} {name}] done, skipped")
                         continue

@@ -204,10 +204,11 @@ def downstream_record(path: Path, weights: Optional[Path] = None) -> dict:
     (``elmo_weights_sha256``, written by report.py) is refused."""
     summary = json.loads(path.read_text(encoding="utf-8"))
     recorded = summary.get("elmo_weights_sha256")
-    if weights is not None and recorded is not None and recorded != [sha256_of(weights)]:
+    shipped = sha256_of(weights) if weights is not None and recorded is not None else None
+    if shipped is not None and recorded != [shipped]:
         names = ", ".join(d[:16] + "…" for d in recorded) or "none"
         raise SystemExit(f"--downstream {path.name}: its ELMo runs used biLM weights {names}, not the shipped "
-                         f"{weights.name} ({sha256_of(weights)[:16]}…): rerun the headline grid with it, then report.py")
+                         f"{weights.name} ({shipped[:16]}…): rerun the headline grid with it, then report.py")
     rows = {}
     for label, task, fraction, measure in DOWNSTREAM_ROWS:
         cells = {system: summary.get(task, {}).get(system, {}).get(fraction) for system in ("baseline", "elmo_tok2vec")}

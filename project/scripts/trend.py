@@ -25,7 +25,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import typer
 
@@ -90,19 +90,17 @@ def reuse_matching_runs(main_metrics: Path, out: Path, task: str, system: str, d
     for path in sorted((main_metrics / task / system).glob("*.json")):
         run = json.loads(path.read_text(encoding="utf-8"))
         same_budget = all(run.get("budget", {}).get(k) == v for k, v in budget.items())
-        if run.get("provenance", {}).get("elmo_weights_sha256") == digest and same_budget:
+        if _weights_of(run) == digest and same_budget:
             target = out / task / system / path.name
-            if not _same_weights(target, digest):  # absent, or a record of other weights under this label
+            # absent, or a record of other weights under this label (an earlier biLM's)
+            if not target.exists() or _weights_of(json.loads(target.read_text(encoding="utf-8"))) != digest:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
                 typer.echo(f"reused {path}")
 
 
-def _same_weights(record: Path, digest: str) -> bool:
-    if not record.exists():
-        return False
-    run = json.loads(record.read_text(encoding="utf-8"))
-    return run.get("provenance", {}).get("elmo_weights_sha256") == digest
+def _weights_of(run: dict) -> Optional[str]:
+    return run.get("provenance", {}).get("elmo_weights_sha256")
 
 
 if __name__ == "__main__":
