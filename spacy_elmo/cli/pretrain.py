@@ -173,11 +173,9 @@ def export(
 
     With --nlp, also as a spaCy pipeline with an elmo component."""
     from ..pretrain import export as run_export
-    from ..pretrain import export_pipeline
+    from .export import export_bilm, export_pipeline, source_bilm
 
     if checkpoint is None and nlp is None and not (Path(output) / "checkpoints").is_dir():
-        from ..model_export import export_bilm, source_bilm
-
         written = export_bilm(source_bilm(str(output)), target)
         typer.echo(f"wrote {', '.join(p.name for p in written)} to {target}")
         return
