@@ -4,7 +4,7 @@ from typing import Optional
 
 import typer
 
-from ._app import BatchSize, InputError, Lang, Model, Options, Progress, Whitespace, command, pick, show_progress
+from ._app import BatchSize, InputError, Lang, Model, Options, Progress, Whitespace, command, show_progress
 from .inputs import ProgressEmbedder, input_file, load_model, read_lines, tokenizer
 
 LAYER_HELP = (
@@ -27,7 +27,6 @@ def neighbours(
     whitespace: Whitespace = False,
     batch_size: BatchSize = 64,
     progress: Progress = None,
-    old_weights: Optional[str] = typer.Option(None, "--weights", hidden=True),
 ) -> None:
     """Contextual nearest neighbours: the uses of WORD in the corpus nearest to its use in QUERY.
 
@@ -37,7 +36,6 @@ def neighbours(
     from ..senses.display import mark
 
     progress = show_progress(progress)
-    model = pick(model, old_weights, "--model", "--weights")
     which = parse_layer(layer)
     input_file(corpus, "--corpus")
     tokenize = tokenizer(lang, whitespace)
@@ -74,7 +72,6 @@ def senses(
     random_weights: bool = typer.Option(False, "--random-weights", help="The baseline: a biLM of the same shape with random weights (seed 0)"),
     batch_size: BatchSize = 64,
     progress: Progress = None,
-    old_weights: Optional[str] = typer.Option(None, "--weights", hidden=True),
 ) -> None:
     """Word sense accuracy per biLM layer, leave-one-frame-out within each word.
 
@@ -86,7 +83,6 @@ def senses(
     from ..senses.display import format_table
 
     progress = show_progress(progress)
-    model = pick(model, old_weights, "--model", "--weights")
     items = load_senses(input_file(data, "--data"))
     bilm = load_model(model, options, progress)
     if random_weights:

@@ -15,14 +15,11 @@ saved bytes (the pipeline's config holds them).
 The saved bytes carry a SHA-256 of the options and the weights
 (:func:`bilm_checksum`), checked when they are read back, after the
 options are validated and before the weights are read: an edit that keeps
-every shape valid (flipped float bytes, a changed clip value) is refused.
-Bytes saved without one (before checksums were written) load with a
-warning.
+every shape valid (flipped float bytes, a changed clip value) is refused, and so are bytes without one.
 """
 import hashlib
 import io
 import json
-import warnings
 from typing import Any, Dict, Optional
 
 import srsly
@@ -71,12 +68,10 @@ def bilm_checksum(options: Dict[str, Any], weights: bytes) -> str:
 
 
 def _check_checksum(msg: Dict[str, Any], where: str) -> None:
-    """The saved SHA-256 must match the options and weights saved with it;
-    none saved: a warning (re-saving adds one)."""
+    """The saved SHA-256 must match the options and weights saved with it."""
     saved = msg.get("sha256")
-    if saved is None:
-        warnings.warn(f"{where} carries no checksum (saved by an older spacy_elmo); re-save it to add one")
-        return
+    if not isinstance(saved, str):
+        raise WeightFileError(f"{where} carries no SHA-256 checksum of its weights and options (field 'sha256'); {RESAVE}")
     try:
         actual = bilm_checksum(msg["options"], msg["weights"])
     except (TypeError, ValueError) as err:  # options that are not JSON (crafted)
@@ -107,9 +102,8 @@ def read_saved_bilm(data: bytes) -> BiLM:
     count) and the weights read and shape-checked, all before the model is
     allocated; anything wrong is an :class:`OptionsError` or a
     :class:`WeightFileError` (msgpack and hdf5 only: nothing is unpickled);
-    the checksum is checked before the weights are read. Fields of older
-    saves (``precision``, ``token_cache_size``) are ignored: the config
-    holds them."""
+    the checksum is checked before the weights are read. The inference
+    settings are not part of the bytes: the config holds them."""
     where = "the elmo component's saved biLM"
     msg = msgpack_map(data, where, WeightFileError)
     if not isinstance(msg.get("options"), dict):

@@ -23,7 +23,7 @@ from tests.helpers.paths import PARITY
 
 MODEL = ["--model", str(PARITY)]
 TEXT = "The storm came.\n\nShe opened a bank account!\n"
-COMMANDS = ("embed", "download", "neighbours", "senses", "pretrain", "plot", "export", "perplexity")
+COMMANDS = ("embed", "download", "neighbours", "senses", "pretrain", "tokenise", "plot", "export", "perplexity")
 
 
 def plain(text):
@@ -263,8 +263,7 @@ def test_neighbours_corpus_errors(tmp_path):
     good.write_text("the bank\n", encoding="utf-8")
     bad_input(invoke(*query, "--corpus", good, "--layer", "7"), "--layer must be 'mix' or in 0..2, found 7")
     bad_input(invoke(*query, "--corpus", good, "--word", "river"), "--word 'river' is not a token of the query")
-    old = invoke(*query, "--corpus", good, "--weights", str(PARITY))
-    bad_input(old, "give --model only")
+    bad_input(invoke(*query, "--corpus", good, "--weights", str(PARITY)), "No such option: --weights")
 
 
 def test_senses_data_errors(tmp_path):
@@ -279,16 +278,14 @@ def test_senses_data_errors(tmp_path):
     bad_input(invoke("senses", "--data", data, *MODEL), f"{data}: not UTF-8")
 
 
-def test_senses_takes_the_old_weights_spelling(tmp_path):
+def test_senses_and_neighbours_have_one_spelling_of_the_model(tmp_path):
     data = tmp_path / "senses.jsonl"
     data.write_text("".join(
         json.dumps({"word": "bank", "sense": s, "tokens": f"the bank {w}", "index": 1}) + "\n"
         for s, w in [("river", "shore"), ("river", "water"), ("money", "loan"), ("money", "rates")]
     ), encoding="utf-8")
-    new = invoke("senses", "--data", data, *MODEL)
-    old = invoke("senses", "--data", data, "--weights", str(PARITY))
-    assert new.exit_code == old.exit_code == 0, old.output
-    assert new.stdout == old.stdout and "--weights is deprecated: use --model" in old.stderr
+    assert invoke("senses", "--data", data, *MODEL).exit_code == 0
+    bad_input(invoke("senses", "--data", data, "--weights", str(PARITY)), "No such option: --weights")
 
 
 @pytest.mark.parametrize("damage", ["binary", "not json", "no loss"])
