@@ -25,7 +25,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 
 import numpy
 
-from ._app import InputError
+from ._app import MODEL_WORDING, InputError
 
 #: Longest line read, in characters (a sentence a line: longer is not a sentence).
 MAX_LINE_CHARS = 100_000
@@ -141,18 +141,13 @@ def tokenization_name(lang: str, whitespace: bool) -> str:
 
 
 # ------------------------------------------------------------------- model
-def _check_pair(model: Optional[str], options: Optional[str]) -> None:
-    if options is not None and model is None:
-        raise InputError("--options needs --model: give the weights file or URL the options belong to")
-
-
 def load_model(model: Optional[str], options: Optional[str], progress: bool):
     """The biLM of ``--model``/``--options`` (through the package's one
-    loader, :func:`spacy_elmo.loading.load_bilm`), in eval mode."""
+    loader, :func:`spacy_elmo.loading.load_bilm`, its errors worded for the
+    command line), in eval mode."""
     from ..loading import load_bilm
 
-    _check_pair(model, options)
-    return load_bilm(model, options, progress=progress).eval()
+    return load_bilm(model, options, progress=progress, wording=MODEL_WORDING).eval()
 
 
 def model_files(model: Optional[str], options: Optional[str]) -> Tuple[Path, Path]:
@@ -160,8 +155,7 @@ def model_files(model: Optional[str], options: Optional[str]) -> Tuple[Path, Pat
     :func:`load_model`, nothing is downloaded."""
     from ..loading import resolve
 
-    _check_pair(model, options)
-    return resolve(model, options, progress=False)
+    return resolve(model, options, progress=False, wording=MODEL_WORDING)
 
 
 def sha256_file(path: Path) -> str:

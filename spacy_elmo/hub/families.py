@@ -31,8 +31,9 @@ Choices:
   hands in one that loads either family), and only then is the directory
   moved into place.
 * An ELMoForManyLangs directory is told by its file names alone
-  (:data:`EFML_MARKERS`), as the format module
-  (:func:`spacy_elmo.bilm.formats.efml.is_model_dir`) tells it.
+  (:data:`EFML_MARKERS`), here only: the hub hands such a model on as its
+  directory (bilm-tf models as two files), and the loader reads a
+  directory with the format module (:mod:`spacy_elmo.bilm.formats.efml`).
 * ``SPACY_ELMO_NLPL_MIRROR`` (a URL, or a local directory, laid out like
   ``http://vectors.nlpl.eu/repository``: ``<base>/<version>/<id>.zip``)
   replaces the NLPL base URL, as ``SPACY_ELMO_MIRROR`` does for AllenNLP's.
@@ -44,7 +45,7 @@ import stat
 import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 from .names import CACHE_ENV, ModelNotFoundError, cache_dir, check_cache, env_base_url, url_cache_path
 from .transport import Check, DownloadError, FetchFailure, cleanup, download_to_temp, locked, make_dirs
@@ -205,29 +206,14 @@ def _unpack_checked(archive: Path, dest: Path, check: Optional[Check]) -> None:
 
 def safe_unpack(archive: Path, target: Path) -> None:
     """Extract ``archive`` into ``target`` within the bounds (module docstring)."""
-    try:
-        zf = zipfile.ZipFile(archive)
-    except (zipfile.BadZipFile, OSError) as err:
-        raise UnsafeArchiveError(f"{archive} is not a zip file ({err})") from None
     root = target.resolve()
-    with zf:
-        members = zf.infolist()
-        if len(members) > MAX_MEMBERS:
-            raise UnsafeArchiveError(f"{archive} holds {len(members)} members, more than {MAX_MEMBERS}")
+    with _open_zip(archive) as zf:
+        members = zip_members(zf, archive)
         written = 0
-        for info in members:
-            name = info.filename
-            parts = PurePosixPath(name.replace("\\", "/")).parts
-            if name.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
-                raise UnsafeArchiveError(f"{archive}: member {name!r} would be written outside the directory")
-            mode = info.external_attr >> 16
-            if stat.S_ISLNK(mode):
-                raise UnsafeArchiveError(f"{archive}: member {name!r} is a link; links are not unpacked")
-            if info.is_dir():
-                continue
+        for info, parts in members:
             dest = (root / Path(*parts)).resolve()
             if root not in dest.parents:
-                raise UnsafeArchiveError(f"{archive}: member {name!r} would be written outside the directory")
+                raise UnsafeArchiveError(f"{archive}: member {info.filename!r} would be written outside the directory")
             dest.parent.mkdir(parents=True, exist_ok=True)
             with zf.open(info) as src, open(dest, "xb") as out:
                 while True:
@@ -238,6 +224,39 @@ def safe_unpack(archive: Path, target: Path) -> None:
                     if written > MAX_UNPACKED_BYTES:
                         raise UnsafeArchiveError(f"{archive} unpacks to more than {MAX_UNPACKED_BYTES:,} bytes")
                     out.write(chunk)
+
+
+def check_zip(archive: Path) -> None:
+    """Raise unless ``archive`` is a zip whose listing :func:`safe_unpack`
+    accepts (nothing is unpacked)."""
+    with _open_zip(archive) as zf:
+        zip_members(zf, archive)
+
+
+def _open_zip(archive: Path) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(archive)
+    except (zipfile.BadZipFile, OSError) as err:
+        raise UnsafeArchiveError(f"{archive} is not a zip file ({err})") from None
+
+
+def zip_members(zf: zipfile.ZipFile, archive: Path) -> List[Tuple[zipfile.ZipInfo, Tuple[str, ...]]]:
+    """The regular files of a zip with their path parts, every member
+    checked against the bounds first (count, names, links)."""
+    members = zf.infolist()
+    if len(members) > MAX_MEMBERS:
+        raise UnsafeArchiveError(f"{archive} holds {len(members)} members, more than {MAX_MEMBERS}")
+    files = []
+    for info in members:
+        name = info.filename
+        parts = PurePosixPath(name.replace("\\", "/")).parts
+        if name.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
+            raise UnsafeArchiveError(f"{archive}: member {name!r:.200} would be written outside the directory")
+        if stat.S_ISLNK(info.external_attr >> 16):
+            raise UnsafeArchiveError(f"{archive}: member {name!r:.200} is a link; links are not unpacked")
+        if not info.is_dir():
+            files.append((info, parts))
+    return files
 
 
 # ------------------------------------------------------------ directories

@@ -78,8 +78,20 @@ def test_every_spelling_of_the_model_gives_the_same_output(parity_paths):
     assert old.exit_code == 0 and old.stdout == by_dir.stdout
     assert "positional WEIGHTS is deprecated: use --model" in old.stderr
     bad_input(invoke("embed", str(PARITY), *MODEL, input=TEXT), "give --model only")
-    bad_input(invoke("embed", "--options", parity_paths[1], input=TEXT), "--options needs --model")
-    bad_input(invoke("embed", "--model", "smal", input=TEXT), "'smal' is neither a model name")
+    bad_input(invoke("embed", "--options", parity_paths[1], input=TEXT), "--options given without --model")
+    bad_input(invoke("embed", "--model", "smal", input=TEXT), "--model 'smal' is neither a model name")
+
+
+@pytest.mark.parametrize("command", [["embed"], ["senses"], ["neighbours", "a bank", "--word", "bank", "--corpus", str(PARITY / "README.md")]])
+@pytest.mark.parametrize("model", ["{tmp}/nope", "smal", "{tmp}/text.txt", "{tmp}/dir"])
+def test_model_errors_speak_the_command_line(tmp_path, command, model):
+    """A --model that cannot be used is named as --model, with the command
+    line's forms (NAME|DIR|FILE|URL), not the Python API's advice."""
+    (tmp_path / "text.txt").write_text("not weights\n", encoding="utf-8")
+    (tmp_path / "dir").mkdir()
+    result = invoke(*command, "--model", model.replace("{tmp}", str(tmp_path)), input="a b\n")
+    bad_input(result, "--model NAME|DIR|FILE|URL")
+    assert "add_pipe" not in result.stderr and "config" not in result.stderr and "from_pretrained" not in result.stderr
 
 
 def test_default_model_is_the_shipped_one():

@@ -25,16 +25,6 @@ class EfmlFormatError(ValueError):
     does not match its architecture."""
 
 
-# ---------------------------------------------------------------- detection
-def is_model_dir(path: object) -> bool:
-    """Whether ``path`` is a directory in this layout (``config.json`` and
-    ``encoder.pkl``)."""
-    if not isinstance(path, (str, Path)):
-        return False
-    path = Path(path)
-    return path.is_dir() and (path / "config.json").is_file() and (path / "encoder.pkl").is_file()
-
-
 # ------------------------------------------------------------------ reading
 def _read_bounded(path: Path, limit: int, what: str) -> bytes:
     if not path.is_file():
