@@ -23,8 +23,10 @@ Choices:
   is, with no network: to work offline, unzip the file there by hand (or
   give the zip or its directory as the weights).
 * Unpacking is bounded and confined: at most :data:`MAX_MEMBERS` members
-  and :data:`MAX_UNPACKED_BYTES` bytes in all (counted while writing, not
-  taken from the zip's headers), no absolute names, no ``..``, no links;
+  and :data:`MAX_UNPACKED_BYTES` bytes in all, checked against the sizes
+  the zip's headers declare before anything is written (and against the
+  free disk space), and counted while writing (a member that holds more
+  than it declares is refused); no absolute names, no ``..``, no links;
   only regular files are written. Everything is unpacked into a temporary
   directory beside the destination, the model in it is handed to the
   caller's ``check`` (the hub knows no weight format: :mod:`spacy_elmo.loading`
@@ -209,18 +211,31 @@ def safe_unpack(archive: Path, target: Path) -> None:
     root = target.resolve()
     with _open_zip(archive) as zf:
         members = zip_members(zf, archive)
+        declared = sum(info.file_size for info, _ in members)
+        free = shutil.disk_usage(root).free
+        if declared > free:
+            raise UnsafeArchiveError(
+                f"{archive} unpacks to {declared:,} bytes (the sizes its members declare), and {root.parent} has "
+                f"{free:,} bytes free; nothing was unpacked. Free disk space, or set {CACHE_ENV} to a larger disk"
+            )
         written = 0
         for info, parts in members:
             dest = (root / Path(*parts)).resolve()
             if root not in dest.parents:
-                raise UnsafeArchiveError(f"{archive}: member {info.filename!r} would be written outside the directory")
+                raise UnsafeArchiveError(f"{archive}: member {info.filename!r:.200} would be written outside the directory")
             dest.parent.mkdir(parents=True, exist_ok=True)
+            member_written = 0
             with zf.open(info) as src, open(dest, "xb") as out:
                 while True:
                     chunk = src.read(1 << 20)
                     if not chunk:
                         break
                     written += len(chunk)
+                    member_written += len(chunk)
+                    if member_written > info.file_size:
+                        raise UnsafeArchiveError(
+                            f"{archive}: member {info.filename!r:.200} holds more than the {info.file_size:,} bytes it declares"
+                        )
                     if written > MAX_UNPACKED_BYTES:
                         raise UnsafeArchiveError(f"{archive} unpacks to more than {MAX_UNPACKED_BYTES:,} bytes")
                     out.write(chunk)
@@ -256,6 +271,12 @@ def zip_members(zf: zipfile.ZipFile, archive: Path) -> List[Tuple[zipfile.ZipInf
             raise UnsafeArchiveError(f"{archive}: member {name!r:.200} is a link; links are not unpacked")
         if not info.is_dir():
             files.append((info, parts))
+    declared = sum(info.file_size for info, _ in files)
+    if declared > MAX_UNPACKED_BYTES:
+        raise UnsafeArchiveError(
+            f"{archive}: its members declare {declared:,} bytes unpacked, more than the {MAX_UNPACKED_BYTES:,} a model "
+            "zip may unpack to; nothing was unpacked"
+        )
     return files
 
 

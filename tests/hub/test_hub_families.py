@@ -162,7 +162,7 @@ def test_unpacking_refuses_escapes_links_and_oversize(tmp_path, monkeypatch):
     with pytest.raises(UnsafeArchiveError, match="holds 3 members, more than 2"):
         hub_families.safe_unpack(_zip_with(tmp_path, [(f"f{i}", b"x") for i in range(3)]), tmp_path / "t3")
     monkeypatch.setattr(hub_families, "MAX_UNPACKED_BYTES", 1000)
-    with pytest.raises(UnsafeArchiveError, match="unpacks to more than 1,000 bytes"):
+    with pytest.raises(UnsafeArchiveError, match="declare 5,000 bytes unpacked, more than the 1,000"):
         hub_families.safe_unpack(_zip_with(tmp_path, [("big", b"\0" * 5000)]), tmp_path / "t4")
     assert not (tmp_path / "x.txt").exists()
 
@@ -189,3 +189,45 @@ def test_zip_downloads_check_the_cache_first(nlpl_server, cache, tmp_path, monke
     with pytest.raises(hub.CacheError, match="is a file, not a directory"):
         BiLM.from_pretrained("efml:de", progress=False)
     assert nlpl_server.requests == []
+
+
+def test_declared_sizes_and_free_space_are_checked_before_unpacking(tmp_path, monkeypatch):
+    """A zip bomb's headers tell its size: refused before a byte is written,
+    by the bound and by the free disk space; a member that holds more than
+    it declares is refused while writing."""
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("zeros", b"\0" * 5_000_000)
+    assert bomb.stat().st_size < 100_000
+    monkeypatch.setattr(hub_families, "MAX_UNPACKED_BYTES", 1_000_000)
+    with pytest.raises(UnsafeArchiveError, match="declare 5,000,000 bytes unpacked, more than the 1,000,000"):
+        hub_families.safe_unpack(bomb, tmp_path / "t1")
+    with pytest.raises(UnsafeArchiveError, match="declare 5,000,000 bytes"):
+        hub_families.check_zip(bomb)
+    assert not (tmp_path / "t1" / "zeros").exists()
+    monkeypatch.setattr(hub_families, "MAX_UNPACKED_BYTES", 8 << 30)
+    real = shutil.disk_usage
+
+    def little_room(path):
+        return real(path)._replace(free=1_000_000)
+
+    monkeypatch.setattr(shutil, "disk_usage", little_room)
+    (tmp_path / "t2").mkdir()
+    with pytest.raises(UnsafeArchiveError, match="unpacks to 5,000,000 bytes .* 1,000,000 bytes free; nothing was unpacked"):
+        hub_families.safe_unpack(bomb, tmp_path / "t2")
+    assert list((tmp_path / "t2").iterdir()) == []
+
+
+def test_a_zip_bomb_by_url_is_refused_before_unpacking(nlpl_server, cache, monkeypatch, tmp_path):
+    """The way efml:/nlpl: names arrive: the download fits, the declared
+    unpacked size does not fit the disk; one error, nothing cached."""
+    root = nlpl_server.httpd.root
+    with zipfile.ZipFile(root / "11" / "160.zip", "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("config.json", "{}")
+        zf.writestr("encoder.pkl", b"\0" * 20_000_000)
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real(path)._replace(free=5_000_000))
+    with pytest.raises(hub.DownloadError, match=r"unpacks to 20,000,002 bytes .*5,000,000 bytes free.*Nothing was cached"):
+        BiLM.from_pretrained("efml:ja", progress=False)
+    left = [p.name for p in (cache / "nlpl" / "11").iterdir()] if (cache / "nlpl" / "11").exists() else []
+    assert [name for name in left if not name.endswith(".lock")] == []
