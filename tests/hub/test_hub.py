@@ -430,3 +430,24 @@ def test_cli_download_and_embed(server, shipped, cache, monkeypatch, tmp_path):
         assert result.output == default.output
     result = runner.invoke(app, ["embed", "--model", "smal"], input=text)
     assert result.exit_code == 2 and "neither a model name" in result.output
+
+
+@pytest.mark.parametrize("portal", ["portal", "portal/typed"])
+@pytest.mark.parametrize("name", ["small", "efml:de"])
+def test_a_mirror_answering_a_web_page_is_refused_everywhere(server, cache, monkeypatch, portal, name):
+    """A captive portal answers every URL with a login page (status 200,
+    typed text/html or not): the command line's download refuses it as the
+    Python API does (exit 2, one error line), and nothing is cached."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+    from spacy_elmo.hub import families
+
+    monkeypatch.setenv(hub.MIRROR_ENV, f"{server.url}/{portal}")
+    monkeypatch.setenv(families.NLPL_MIRROR_ENV, f"{server.url}/{portal}")
+    result = CliRunner().invoke(app, ["download", name, "--no-progress"])
+    assert result.exit_code == 2, result.output
+    assert "the server answered with a web page" in result.stderr and "Nothing was cached" in result.stderr
+    with pytest.raises(DownloadError, match="answered with a web page"):
+        BiLM.from_pretrained(name, progress=False)
+    assert [p for p in files_in(cache) if not p.endswith(".lock")] == []
