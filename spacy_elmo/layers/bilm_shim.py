@@ -12,8 +12,9 @@ The shim also holds the inference settings the config gives
 are applied to every biLM it gets, once, and they are not part of the
 saved bytes (the pipeline's config holds them).
 
-The saved bytes carry a SHA-256 of the options and the weights
-(:func:`bilm_checksum`), checked when they are read back, after the
+The saved bytes carry a SHA-256 of the options and the weights (and an
+ELMoForManyLangs biLM's vocabularies; :func:`bilm_checksum`), checked when
+they are read back, after the
 options are validated and before the weights are read: an edit that keeps
 every shape valid (flipped float bytes, a changed clip value) is refused, and so are bytes without one.
 """
@@ -51,30 +52,42 @@ def _serialize_bilm(module: Optional[torch.nn.Module]) -> bytes:
     if not isinstance(module, BiLM):
         return b""
     if module.vocabulary is not None:  # ELMoForManyLangs: its own tensors and vocabularies
-        return srsly.msgpack_dumps({"options": module.options.to_dict(), **efml.to_fields(module)})
-    buffer = io.BytesIO()
-    save_hdf5(module, buffer)
-    options, weights = module.options.to_dict(), buffer.getvalue()
-    return srsly.msgpack_dumps({"options": options, "weights": weights, "sha256": bilm_checksum(options, weights)})
+        fields = {"options": module.options.to_dict(), **efml.to_fields(module)}
+    else:
+        buffer = io.BytesIO()
+        save_hdf5(module, buffer)
+        fields = {"options": module.options.to_dict(), "weights": buffer.getvalue()}
+    fields["sha256"] = bilm_checksum(fields["options"], fields["weights"], fields.get("vocabulary"))
+    return srsly.msgpack_dumps(fields)
 
 
-def bilm_checksum(options: Dict[str, Any], weights: bytes) -> str:
+def bilm_checksum(options: Dict[str, Any], weights: bytes, vocabulary: Optional[Dict[str, Any]] = None) -> str:
     """SHA-256 over what a saved biLM holds: its options (canonical JSON:
-    sorted keys, no spaces), a zero byte, and its hdf5 weight bytes."""
-    digest = hashlib.sha256(json.dumps(options, sort_keys=True, separators=(",", ":")).encode("utf-8"))
+    sorted keys, no spaces), a zero byte, and its hdf5 weight bytes; for an
+    ELMoForManyLangs biLM, then a zero byte and its vocabularies (canonical
+    JSON)."""
+    digest = hashlib.sha256(_canonical(options))
     digest.update(b"\0")
     digest.update(weights)
+    if vocabulary is not None:
+        digest.update(b"\0")
+        digest.update(_canonical(vocabulary))
     return digest.hexdigest()
 
 
+def _canonical(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
 def _check_checksum(msg: Dict[str, Any], where: str) -> None:
-    """The saved SHA-256 must match the options and weights saved with it."""
+    """The saved SHA-256 must match the options, weights (and
+    vocabularies) saved with it."""
     saved = msg.get("sha256")
     if not isinstance(saved, str):
         raise WeightFileError(f"{where} carries no SHA-256 checksum of its weights and options (field 'sha256'); {RESAVE}")
     try:
-        actual = bilm_checksum(msg["options"], msg["weights"])
-    except (TypeError, ValueError) as err:  # options that are not JSON (crafted)
+        actual = bilm_checksum(msg["options"], msg["weights"], msg.get("vocabulary"))
+    except (TypeError, ValueError) as err:  # fields that are not JSON (crafted)
         raise WeightFileError(f"{where}: its options cannot be checksummed ({err}); {RESAVE}") from None
     if saved != actual:
         raise WeightFileError(
@@ -113,14 +126,14 @@ def read_saved_bilm(data: bytes) -> BiLM:
         options = BiLMOptions.from_dict(msg["options"])
     except OptionsError as err:
         raise OptionsError(f"{where}: {err}; {RESAVE}", err.fields) from None
+    if not isinstance(msg.get("weights"), bytes):
+        raise WeightFileError(f"{where} holds no weights (field 'weights' is missing or not bytes); {RESAVE}")
+    _check_checksum(msg, where)
     if options.family != FAMILY_BILM_TF:
         try:
             return efml.from_fields(options, msg, where)
         except efml.EfmlFormatError as err:
             raise WeightFileError(f"{err}; {RESAVE}") from None
-    if not isinstance(msg.get("weights"), bytes):
-        raise WeightFileError(f"{where} holds no weights (field 'weights' is missing or not bytes); {RESAVE}")
-    _check_checksum(msg, where)
     return BiLM.from_datasets(options, read_datasets(io.BytesIO(msg["weights"]), options))
 
 

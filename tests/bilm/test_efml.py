@@ -226,6 +226,39 @@ def test_pipeline_by_path_saved_and_loaded_without_the_directory(tmp_path, sente
     numpy.testing.assert_array_equal(numpy.asarray(again._.elmo.layers), numpy.asarray(doc._.elmo.layers))
 
 
+def _flip_weights(state):
+    weights = bytearray(state["weights"])
+    for i in range(len(weights) // 2, len(weights) // 2 + 64):
+        weights[i] ^= 0x55
+    state["weights"] = bytes(weights)
+
+
+def _swap_two_words(state):
+    words = state["vocabulary"]["words"]
+    words[3][1], words[4][1] = words[4][1], words[3][1]
+
+
+@pytest.mark.parametrize("edit", [_flip_weights, _swap_two_words, lambda state: state.pop("sha256")],
+                         ids=["flipped-weights", "swapped-word-ids", "no-checksum"])
+def test_a_saved_efml_biLM_changed_after_saving_is_refused(tmp_path, edit):
+    """Flipped weight bytes or an edited vocabulary keep every shape valid:
+    the SHA-256 saved with an ELMoForManyLangs biLM refuses them, as it does
+    for bilm-tf ones."""
+    from spacy_elmo import WeightFileError
+
+    from tests.helpers.models import rewrite_saved_bilm
+
+    nlp = spacy.blank("xx")
+    nlp.add_pipe("elmo", config={"weights": str(EFML / "with_words")})
+    nlp.initialize()
+    nlp.to_disk(tmp_path / "pipeline")
+    spacy.load(tmp_path / "pipeline")  # as saved: loads
+    rewrite_saved_bilm(tmp_path / "pipeline" / "elmo" / "model", edit)
+    with pytest.raises(WeightFileError, match="SHA-256 checksum") as info:
+        spacy.load(tmp_path / "pipeline")
+    assert str(tmp_path / "pipeline" / "elmo" / "model") in str(info.value)
+
+
 def test_initialize_block_takes_the_directory(tmp_path, sentences, reference):
     nlp = spacy.blank("xx")
     nlp.add_pipe("elmo")
