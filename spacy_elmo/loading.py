@@ -148,7 +148,13 @@ def load_bilm(
     check = _Check()
     found = locate(weights, options, wording)
     weights_path, options_path = hub.obtain(found, check=check, check_options=check.options, progress=progress)
-    if weights_path.is_dir():  # the hub finds an ELMoForManyLangs model as its directory
-        return efml.load(weights_path, **kwargs)
-    read = check.read if check.read is not None else read_checked(weights_path, options_path)
+    try:
+        if weights_path.is_dir():  # the hub finds an ELMoForManyLangs model as its directory
+            return efml.load(weights_path, **kwargs)
+        read = check.read if check.read is not None else read_checked(weights_path, options_path)
+    except (ValueError, OSError) as err:
+        hint = hub.stale_hint(weights_path) if found.kind != FILES else ""
+        if hint:  # a cache entry (read, not downloaded, this time): say how to clear it
+            err.args = (f"{err} ({hint})",) + err.args[1:]
+        raise
     return BiLM.from_datasets(*read, **kwargs)

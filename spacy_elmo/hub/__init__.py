@@ -34,6 +34,7 @@ from .names import (
     published_files,
     published_urls,
     shipped_model,
+    stale_hint,
     url_cache_path,
 )
 from .resolving import Located, OptionsNotFoundError, locate, obtain, resolve
@@ -84,5 +85,6 @@ __all__ = [
     "published_urls",
     "resolve",
     "shipped_model",
+    "stale_hint",
     "url_cache_path",
 ]

@@ -42,6 +42,7 @@ Choices:
 """
 import hashlib
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -83,7 +84,7 @@ def efml_id(lang: str) -> int:
     key = lang.strip().lower()
     if key not in EFML_LANGUAGES:
         raise ModelNotFoundError(
-            f"no ELMoForManyLangs model for {lang!r}; languages: {', '.join(EFML_LANGUAGES)}"
+            f"no ELMoForManyLangs model for {lang if len(lang) <= 20 else lang[:20] + '...'!r}; languages: {', '.join(EFML_LANGUAGES)}"
         )
     return EFML_FIRST_ID + EFML_LANGUAGES.index(key)
 
@@ -103,12 +104,21 @@ def parse_name(value: str) -> Optional[Tuple[str, int]]:
     if scheme == "efml":
         return "11", efml_id(rest)
     if scheme == "nlpl":
-        version, _, ident = rest.rpartition("/")
-        if not ident.isdigit() or (version and not version.isdigit()):
-            raise ModelNotFoundError(f"{value!r}: write nlpl:<id> or nlpl:<version>/<id>, e.g. nlpl:136 or nlpl:20/210")
-        number = int(ident)
+        match = _NLPL_ID.fullmatch(rest.strip())
+        if match is None:
+            shown = repr(value if len(value) <= 40 else value[:40] + "...")
+            raise ModelNotFoundError(
+                f"{shown} is not an NLPL name: write nlpl:<id> or nlpl:<version>/<id> (digits 0-9, at most "
+                "6 each), e.g. nlpl:136 or nlpl:20/210"
+            )
+        version, number = match.group(1), int(match.group(2))
         return version or ("11" if number <= NLPL_V11_LAST_ID else "20"), number
     return None
+
+
+#: ``[<version>/]<id>``: ASCII digits only (``str.isdigit`` takes "²" and
+#: other scripts' digits), bounded.
+_NLPL_ID = re.compile(r"(?:([0-9]{1,6})/)?([0-9]{1,6})", re.ASCII)
 
 
 def name_url(version: str, number: int) -> str:
@@ -262,9 +272,17 @@ def zip_members(zf: zipfile.ZipFile, archive: Path) -> List[Tuple[zipfile.ZipInf
     if len(members) > MAX_MEMBERS:
         raise UnsafeArchiveError(f"{archive} holds {len(members)} members, more than {MAX_MEMBERS}")
     files = []
+    seen = set()
     for info in members:
         name = info.filename
         parts = PurePosixPath(name.replace("\\", "/")).parts
+        key = "/".join(parts).casefold()
+        if key in seen:
+            raise UnsafeArchiveError(
+                f"{archive} holds two members named {name!r:.200} (or names that differ only in case): which one "
+                "is the model's is not clear; rebuild the zip with one of each"
+            )
+        seen.add(key)
         if name.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
             raise UnsafeArchiveError(f"{archive}: member {name!r:.200} would be written outside the directory")
         if stat.S_ISLNK(info.external_attr >> 16):

@@ -114,8 +114,30 @@ def test_bad_dic_lines_are_named(tmp_path):
     with pytest.raises(EfmlFormatError, match=r"word.dic, line 2: expected 'token<TAB>id'"):
         efml.read_dic(path)
     path.write_text("a\tzero\n", encoding="utf-8")
-    with pytest.raises(EfmlFormatError, match="line 1: the id 'zero' is not an integer"):
+    with pytest.raises(EfmlFormatError, match="line 1: the id 'zero' is not a non-negative integer"):
         efml.read_dic(path)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"\xef\xbb\xbf<oov>\t0\n<pad>\t1\n", "starts with a byte-order mark"),
+        (b"<oov>\t0\nx\t" + b"9" * (1 << 20) + b"\n", "line 2: 1,048,578 characters, more than the 4,096"),
+        (b"<oov>\t0\n" + b"x" * (1 << 20) + b"\t5\n", "line 2: 1,048,578 characters, more than the 4,096"),
+        (b"<oov>\t0\nx\t" + b"9" * 4000 + b"\n", r"the id '99999999999999999999\.\.\.' is not a non-negative integer"),
+        (b"<oov>\t0\nx\t\xd9\xa3\n", "is not a non-negative integer"),
+    ],
+    ids=["bom", "long-id-line", "long-token-line", "huge-id", "arabic-digit"],
+)
+def test_hostile_dic_files_get_a_bounded_clear_message(tmp_path, content, message):
+    """A byte-order mark, a line of a megabyte, an id of thousands of digits
+    or of another script's digits: the package's own message, naming the
+    file and the line, at most a few hundred characters long."""
+    path = tmp_path / "char.dic"
+    path.write_bytes(content)
+    with pytest.raises(EfmlFormatError, match=message) as info:
+        efml.read_dic(path)
+    assert str(path) in str(info.value) and len(str(info.value)) < 400
 
 
 def test_large_word_ids_give_distinct_cache_keys():

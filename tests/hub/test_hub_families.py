@@ -231,3 +231,30 @@ def test_a_zip_bomb_by_url_is_refused_before_unpacking(nlpl_server, cache, monke
         BiLM.from_pretrained("efml:ja", progress=False)
     left = [p.name for p in (cache / "nlpl" / "11").iterdir()] if (cache / "nlpl" / "11").exists() else []
     assert [name for name in left if not name.endswith(".lock")] == []
+
+
+@pytest.mark.parametrize("name", ["nlpl:\u00b2", "nlpl:\u0663", "nlpl:1/2/3", "nlpl:-1", "nlpl:1234567", "nlpl:" + "9" * 100_000, "efml:" + "x" * 100_000])
+def test_odd_nlpl_ids_get_a_bounded_clear_message(name, cache):
+    with pytest.raises(hub.ModelNotFoundError, match="is not an NLPL name|no ELMoForManyLangs model") as info:
+        hub.resolve(name, progress=False)
+    assert len(str(info.value)) < 600
+
+
+def test_a_zip_with_two_members_of_one_name_is_refused(tmp_path, cache):
+    """Which config.json is the model's? Refused by name, before anything
+    is unpacked (also at add_pipe, which reads only the listing)."""
+    import warnings
+
+    import spacy
+
+    archive = tmp_path / "model.zip"
+    with zipfile.ZipFile(archive, "w") as zf, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns about the duplicate it writes
+        for path in sorted((EFML / "with_words").iterdir()):
+            zf.write(path, path.name)
+        zf.writestr("CONFIG.json", "{}")
+    with pytest.raises(UnsafeArchiveError, match="holds two members named 'CONFIG.json'.*differ only in case"):
+        BiLM.from_pretrained(str(archive))
+    with pytest.raises(UnsafeArchiveError, match="holds two members named"):
+        spacy.blank("en").add_pipe("elmo", config={"weights": str(archive)})
+    assert not (cache / "zips").exists() or [p for p in (cache / "zips").iterdir() if not p.name.endswith(".lock")] == []
