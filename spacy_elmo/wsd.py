@@ -317,7 +317,9 @@ def find_sets(path: PathLike, role: str = "test") -> List[Path]:
     """The data files a path names: a file itself; a directory's
     ``*.data.xml[.gz]`` and its subdirectories' (sorted). The framework's
     root directory is understood: ``Evaluation_Datasets`` for the test sets,
-    ``Training_Corpora/SemCor`` for training."""
+    ``Training_Corpora/SemCor`` for training. For training (``role``
+    other than ``"test"``) a directory must name one file: its only data
+    file, or the one named ``semcor``."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(2, "No such file or directory", str(path))
@@ -332,7 +334,10 @@ def find_sets(path: PathLike, role: str = "test") -> List[Path]:
     if not found:
         raise WSDDataError(f"{path}: no *.data.xml or *.data.xml.gz in the directory or its subdirectories")
     if role != "test" and len(found) > 1:
-        raise WSDDataError(f"{path}: {len(found)} data files ({', '.join(p.name for p in found)}): name the training files one by one")
+        semcor = [p for p in found if set_name(p).lower() == "semcor"]
+        if len(semcor) != 1:
+            raise WSDDataError(f"{path}: {len(found)} data files ({', '.join(p.name for p in found)}): name the training files one by one")
+        found = semcor
     return found
 
 
@@ -358,7 +363,7 @@ def read_sense_index(path: PathLike) -> SenseIndex:
     if not path.is_file():
         raise FileNotFoundError(
             2, "no such file: WordNet's index.sense is needed (Debian's wordnet-sense-index package, "
-            "usr/share/wordnet/index.sense; the project fetches it: `python -m weasel run wsd-data` in project/)", str(path)
+            "usr/share/wordnet/index.sense; the project fetches it: `python -m weasel run fetch-sense-index` in project/)", str(path)
         )
     data = _read_bounded(path, MAX_INDEX_BYTES, "sense index")
     numbers: Dict[str, int] = {}
