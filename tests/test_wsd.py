@@ -1,4 +1,4 @@
-"""The ELMo paper's all-words sense evaluation (spacy_elmo.wsd) on a few
+"""The ELMo paper's all-words sense evaluation (spacy_elmo.senses.wsd) on a few
 sentences written for these tests, in the framework's format: exact F1 by
 construction with a stand-in biLM, then the real biLM code, the cache, the
 command and the errors."""
@@ -10,7 +10,8 @@ import numpy
 import pytest
 from typer.testing import CliRunner
 
-from spacy_elmo import BiLM, wsd
+from spacy_elmo import BiLM
+from spacy_elmo.senses import wsd
 from spacy_elmo.cli import app
 
 # A tiny index.sense: bank's river sense is WordNet's first here, money the second.

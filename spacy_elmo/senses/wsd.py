@@ -665,7 +665,7 @@ def random_twin(bilm, seed: int = 0):
     weights as :func:`spacy_elmo.senses.random_like`)."""
     import torch
 
-    from .bilm import BiLM
+    from ..bilm import BiLM
 
     torch.manual_seed(seed)
     return BiLM(bilm.options, vocabulary=getattr(bilm, "vocabulary", None)).eval()
