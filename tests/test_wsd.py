@@ -350,3 +350,14 @@ def test_file_errors(tmp_path):
     empty.mkdir()
     with pytest.raises(wsd.WSDDataError, match="no \\*.data.xml"):
         wsd.find_sets(empty)
+
+
+def test_a_lemma_nowhere_goes_unanswered(files, tmp_path):
+    train, _, index = files
+    test = write_set(tmp_path, "odd", [TEST[1][0], [("A",), ("zebra", "zebra", "NOUN", "zebra%1:05:00::"), (".",)]])
+    report = wsd.run(NextWordStub(), [wsd.read_set(train)], [wsd.read_set(test)], wsd.read_sense_index(index))
+    got = report.model["layers"][1]["odd"]
+    assert (got["answered"], got["correct"], got["precision"], got["recall"]) == (1, 1, 100.0, 50.0)
+    assert report.model["first_sense"]["odd"]["answered"] == 1
+    assert "odd: 2 instances, 0 of them with a lemma+POS unseen in training (answered by WordNet's first sense); " \
+           "1 without an answer (lemma+POS in neither), so P != R" in wsd.format_table(report)

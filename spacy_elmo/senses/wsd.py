@@ -622,7 +622,8 @@ def evaluate(bilm, centroids: Centroids, index: SenseIndex, tests: Sequence[WSDS
     """F1 of the nearest-centroid rule per layer on each test set, and of
     the two baselines. Returns ``{"layers": {layer: {set: score}},
     "first_sense": {set: score}, "most_frequent": {set: score},
-    "fallback": {set: instances whose lemma+POS training never saw}}``
+    "fallback": {set: instances answered by WordNet's first sense, their
+    lemma+POS unseen in training}}``
     (scores as :func:`score`, layer ``"mean"`` the mean of the layers).
     ``pool``: also score the sets' instances together under that name (the
     framework's ALL is the concatenation of its five sets)."""
@@ -646,7 +647,8 @@ def evaluate(bilm, centroids: Centroids, index: SenseIndex, tests: Sequence[WSDS
                 result[row][name] = scores
             else:
                 result["layers"][row][name] = scores
-        result["fallback"][name] = sum((inst.lemma, inst.pos) not in groups for inst in instances[name])
+        result["fallback"][name] = sum((inst.lemma, inst.pos) not in groups and (inst.lemma, inst.pos) in index.first
+                                       for inst in instances[name])
     return result
 
 
