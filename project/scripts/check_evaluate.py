@@ -15,9 +15,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from portable_paths import scrub
-
 import typer
+
+from common import scrub
 
 CORPUS = {"pos": "brown", "ner": "wnut", "sentiment": "sentiment"}
 MAIN_SCORE = {"pos": "tag_acc", "ner": "ents_f", "sentiment": "cats_macro_f"}

@@ -57,8 +57,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import typer
 
-from fetch_pretrain_text import HELDOUT_SHA256, is_heldout, is_prose, normalise, split_long
-from registry_fetch import sha256_of
+from common import HELDOUT_SHA256, is_heldout, is_prose, normalise, sha256_of, split_long
 
 N_SLICES = 96
 HELDOUT_PER_MILLE = 1

@@ -29,7 +29,7 @@ from typing import Dict, List, Optional
 
 import typer
 
-from portable_paths import is_absolute, portable_path
+from common import is_absolute, portable_path
 
 TASKS = {
     "pos": ("Brown POS (tagger)", "tag_acc", "accuracy"),

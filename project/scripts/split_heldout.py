@@ -11,7 +11,7 @@ them, so that a perplexity can be reported per source or per kind:
         corpus/pretrain2/heldout_parts/reference --each --model MODEL
 
 gives the slice's prose part, its reference part and (``all``) the whole slice,
-the figure every campaign run is compared on.
+the figure every model of the project is compared on.
 
 Kinds: ``reference`` is text that defines or documents (dictionary entries,
 WordNet glosses, software manuals: ``REFERENCE_SOURCES``), ``prose`` is every

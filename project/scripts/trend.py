@@ -29,8 +29,8 @@ from typing import List, Optional
 
 import typer
 
-from portable_paths import portable_path
-from registry_fetch import sha256_of as sha256
+from common import portable_path
+from common import sha256_of as sha256
 
 SCRIPTS = Path(__file__).resolve().parent
 

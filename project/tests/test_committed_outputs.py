@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from portable_paths import REPO, portable_config, portable_path, scrub
+from common import REPO, portable_config, portable_path, scrub
 
-COMMITTED = [REPO / "project" / "metrics", REPO / "project" / "reports", REPO / "project" / "campaign",
+COMMITTED = [REPO / "project" / "metrics", REPO / "project" / "reports",
              REPO / "spacy_elmo" / "models"]
 TEXT_SUFFIXES = {".json", ".jsonl", ".md", ".txt", ".cfg", ".csv", ".yml", ".yaml", ".log"}
 #: Top-level folders of machines' absolute paths (built from names, so this file holds none itself).

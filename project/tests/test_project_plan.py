@@ -3,10 +3,9 @@ import re
 import shlex
 from pathlib import Path
 
+import run_grid
 import typer
 from weasel.util import load_project_config
-
-import run_grid
 
 PROJECT = Path(__file__).resolve().parents[1]
 

@@ -4,12 +4,12 @@ import time
 from pathlib import Path
 
 import pytest
+import remeasure_speed
 import spacy
 from spacy.language import Language
 from spacy.tokens import Doc, DocBin
 
-import remeasure_speed
-from run_grid import speed
+from common import speed
 
 GROUP_DOCS = 32  # docs a buffering component collects before it works
 GROUP_SECONDS = 0.2
