@@ -2,10 +2,10 @@
 with its model card.
 
     python scripts/ship_model.py RUN_DIR ../spacy_elmo/models/english \
-        --corpus-stats corpus/pretrain/stats.json --command "..." --date YYYY-MM-DD \
+        --corpus-stats corpus/pretrain2/stats.json --command "..." --date YYYY-MM-DD \
         [--senses senses.json] [--downstream reports/summary.json]
     python scripts/ship_model.py --update-card ../spacy_elmo/models/english \
-        --corpus-stats corpus/pretrain/stats.json --senses senses.json --downstream reports/summary.json
+        --corpus-stats corpus/pretrain2/stats.json --senses senses.json --downstream reports/summary.json
 
 Copies the run's export (``weights.hdf5``, ``options.json``, ``vocab.txt``,
 ``softmax.hdf5``: the last two let ``pretrain --init`` continue the model) and

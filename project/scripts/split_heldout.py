@@ -43,7 +43,7 @@ def split(corpus: Path, out: Path) -> Dict[str, Dict[str, int]]:
         stats = json.loads(stats_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise SystemExit(f"{stats_path}: cannot read the corpus statistics ({err}); build the corpus first "
-                         "(weasel run fetch-pretrain-text-v2)")
+                         "(weasel run fetch-registry-text)")
     written: Dict[str, Dict[str, int]] = {}
     for text_name, table, folder in (("heldout.txt", stats.get("sources"), None),
                                      ("heldout_new.txt", stats.get("extra_sources"), "new")):

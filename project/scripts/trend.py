@@ -1,7 +1,7 @@
 """The perplexity trend: one task trained with biLMs of different quality.
 
     python scripts/trend.py step1250=DIR1 step2600=DIR2 shipped=../spacy_elmo/models/english \\
-        --heldout corpus/pretrain/heldout.txt --task pos --fraction 1 --seeds 0 -- --max-steps 1500 ...
+        --heldout corpus/pretrain2/heldout.txt --task pos --fraction 1 --seeds 0 -- --max-steps 1500 ...
 
 For each ``LABEL=DIR`` (an exported biLM with ``vocab.txt`` and
 ``softmax.hdf5`` beside its weights, such as checkpoints along the shipped

@@ -203,3 +203,16 @@ def test_shipping_the_export_of_a_run_stopped_between_evaluations(run, tmp_path)
     refused = ship(away, tmp_path / "other", "--corpus-stats", stats_file(tmp_path), "--command", "c",
                    "--date", "2026-11-26", "--export", run / "export")
     assert refused.returncode != 0 and "gone.txt" in refused.stderr and not (tmp_path / "other").exists()
+
+
+def test_the_shipped_card_is_written_from_its_history(tmp_path):
+    """The committed card is what write_card makes of history.jsonl (so the two
+    never disagree), with one history table."""
+    shipped = SCRIPT.parents[2] / "spacy_elmo" / "models" / "english"
+    history = ship_model.read_history(shipped)
+    current = history[-1]
+    (tmp_path / "options.json").write_bytes((shipped / "options.json").read_bytes())
+    ship_model.write_card(tmp_path, history, {"sources": current["corpus"]}, current["command"], current["note"])
+    card = (shipped / "MODEL_CARD.md").read_text(encoding="utf-8")
+    assert (tmp_path / "MODEL_CARD.md").read_text(encoding="utf-8") == card
+    assert card.count("| shipped | step |") == 1 and len(history) == card.count("\n| 2026-")

@@ -74,6 +74,9 @@ def pretrain(
     precision: str = _setting("precision"),
     strict: bool = _setting("strict"),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUTPUT/checkpoints/last.pt"),
+    time_limit: Optional[float] = typer.Option(
+        None, "--time-limit", min=0,
+        help="Stop after this many minutes of training, as on SIGTERM (checkpoint; continue with --resume)"),
     threads: Optional[int] = typer.Option(None, min=1, help="torch threads per process"),
     progress: Progress = None,
 ) -> None:
@@ -103,7 +106,8 @@ def pretrain(
         settings["cutoffs"] = [int(c) for c in cutoffs.split(",") if c.strip()] if cutoffs else None
     except ValueError:
         raise InputError(f"--cutoffs must be comma-separated integers, found {cutoffs!r}") from None
-    summary = run_pretrain(PretrainConfig(**settings), resume=resume, progress=show_progress(progress))
+    summary = run_pretrain(PretrainConfig(**settings), resume=resume, progress=show_progress(progress),
+                           time_limit=None if time_limit is None else 60 * time_limit)
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 reports
         return
     if summary.get("stopped"):

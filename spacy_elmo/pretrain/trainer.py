@@ -74,8 +74,12 @@ def pretrain(
     resume: bool = False,
     progress: bool = True,
     callback: Optional[Callback] = None,
+    time_limit: Optional[float] = None,
 ) -> Dict[str, Any]:
     """Train (or resume) a biLM; returns a summary dict. See the module doc.
+    ``time_limit``: seconds of training after which the run stops as on
+    SIGTERM (the step ends, a checkpoint is written, ``stopped`` is logged);
+    ``resume=True`` continues it, so a long run goes in time-boxed pieces.
     ``callback(step, record)``, if given, runs on every rank after each
     optimizer step; ``record`` holds the step's ``loss``, the ``model``, its
     ``windows`` and the run's live ``config``: changing ``config.max_steps``
@@ -88,7 +92,7 @@ def pretrain(
         device = torch.device("cuda", info.local_rank)
     try:
         with _locked_output(Path(config.output), info, device):
-            return _pretrain(config, resume, progress, callback, info, device)
+            return _pretrain(config, resume, progress, callback, info, device, time_limit)
     finally:
         D.teardown(info)
 
@@ -113,7 +117,8 @@ def _locked_output(out: Path, info: D.DistInfo, device: torch.device):
             lock.release()
 
 
-def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torch.device) -> Dict[str, Any]:
+def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torch.device,
+              time_limit: Optional[float]) -> Dict[str, Any]:
     out = Path(config.output)
     folder = out / "checkpoints"
     checkpoint, resumed_from = None, None
@@ -135,7 +140,7 @@ def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torc
     run.resumed_from = resumed_from.name if resumed_from else None
     try:
         run.write_run_files()
-        if run.loop(progress, callback):
+        if run.loop(progress, callback, time_limit):
             run.save("signal")
             run.log.write(event="stopped", step=run.step)
             return {"step": run.step, "stopped": True, "output": str(out)}
@@ -318,9 +323,10 @@ class _Run:
         self.log.write(event="eval", step=self.step, **result)
         return result
 
-    def loop(self, progress: bool, callback: Optional[Callback]) -> bool:
-        """Train to ``max_steps``; True when stopped by a signal."""
+    def loop(self, progress: bool, callback: Optional[Callback], time_limit: Optional[float] = None) -> bool:
+        """Train to ``max_steps``; True when stopped by a signal or at ``time_limit`` seconds."""
         config, info = self.config, self.info
+        deadline = None if time_limit is None else time.monotonic() + time_limit
         bar = None
         if progress and info.is_main:
             from tqdm import tqdm
@@ -346,7 +352,8 @@ class _Run:
                     if callback is not None:
                         callback(self.step, {"loss": float(loss.detach()), "model": self.model, "windows": windows.tolist(),
                                              "config": config})
-                    if D.any_flag(info, stop.requested, self.device):
+                    late = deadline is not None and time.monotonic() >= deadline
+                    if D.any_flag(info, stop.requested or late, self.device):
                         return True
             return False
         finally:

@@ -154,6 +154,26 @@ def test_kill_and_resume_equals_an_uninterrupted_run(tmp_path):
     assert "stopped" in events and "resume" in events
 
 
+def test_time_boxed_pieces_resume_to_the_uninterrupted_run(tmp_path):
+    """--time-limit stops a run as SIGTERM does (a limit of 0 stops it after
+    its next step); pieces continued with --resume end where one run ends."""
+    corpus = write_corpus(tmp_path, 120)
+    settings = dict(max_steps=6, dropout=0.2, batch_size=16, warmup_steps=2, eval_every=3)
+    pretrain(tiny_config(tmp_path, corpus, "full", **settings), progress=False)
+    config = tiny_config(tmp_path, corpus, "pieces", **settings)
+    assert pretrain(config, progress=False, time_limit=0) == {"step": 1, "stopped": True,
+                                                              "output": str(tmp_path / "pieces")}
+    assert pretrain(config, resume=True, progress=False, time_limit=0)["step"] == 2
+    assert not (tmp_path / "pieces" / "export").exists()
+    summary = pretrain(config, resume=True, progress=False, time_limit=3600)
+    assert summary["step"] == 6 and not summary["stopped"]
+    full, pieces = _state(tmp_path / "full"), _state(tmp_path / "pieces")
+    for name, value in full["model"].items():
+        assert torch.allclose(value, pieces["model"][name], atol=1e-6, rtol=0), name
+    events = [r["event"] for r in read_log(tmp_path / "pieces" / "log.jsonl")]
+    assert events.count("stopped") == 2 and events.count("resume") == 2 and events[-1] == "end"
+
+
 def test_resume_checks_settings_and_fresh_runs_refuse_an_old_checkpoint(tmp_path):
     corpus = write_corpus(tmp_path, 60)
     config = tiny_config(tmp_path, corpus, max_steps=2)
