@@ -34,9 +34,9 @@ import copy
 import time
 
 import typer
-
 from cell_variants import CellEngine
 from inference_speed import make_sentences
+
 from spacy_elmo.bilm import BiLM
 from spacy_elmo.bilm.fast import InferenceEngine, packing_supported
 from spacy_elmo.bilm.fast.packed import PackedFP32Linear

@@ -135,12 +135,12 @@ def main(
     batch_size: int = typer.Option(32),
 ) -> None:
     import torch
-
-    from inference_speed import make_sentences
-    from spacy_elmo.bilm.options import published_options
-    from spacy_elmo.bilm import BiLM
     from cell_variants import CellEngine
+    from inference_speed import make_sentences
+
+    from spacy_elmo.bilm import BiLM
     from spacy_elmo.bilm.fast.packed import sigmoid_cell
+    from spacy_elmo.bilm.options import published_options
 
     start = time.perf_counter()
     kernel = build_kernel()

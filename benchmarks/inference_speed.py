@@ -27,7 +27,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy
 import torch
-
 import typer
 
 from spacy_elmo.bilm import BiLM, BiLMOptions

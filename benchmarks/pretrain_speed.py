@@ -58,10 +58,10 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     from inference_speed import flops_per_position, matmul_peak
-    from spacy_elmo.bilm.options import published_options
-    from spacy_elmo.bilm.options import BiLMOptions
-    from spacy_elmo.pretrain.corpus import Corpus
+
+    from spacy_elmo.bilm.options import BiLMOptions, published_options
     from spacy_elmo.pretrain.batches import Batcher, epoch_batches
+    from spacy_elmo.pretrain.corpus import Corpus
     from spacy_elmo.pretrain.model import PretrainModel
     from spacy_elmo.pretrain.vocab import Vocab
 

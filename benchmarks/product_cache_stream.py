@@ -30,8 +30,8 @@ def main(
 ) -> None:
     import torch
 
-    from spacy_elmo.bilm.options import published_options
     from spacy_elmo.bilm import BiLM
+    from spacy_elmo.bilm.options import published_options
 
     torch.manual_seed(seed)
     cached = BiLM(published_options(shape)).eval()

@@ -102,11 +102,11 @@ def run_shape(
     name: str, sentences, batch_size: int, rounds: int, tolerance: float, seed: int, echo=print, product_cache_mib: int = 0
 ) -> List[Dict]:
     import torch
-
     from inference_speed import PUBLISHED, _deviation
-    from spacy_elmo.bilm.options import published_options
+
     from spacy_elmo.bilm import BiLM
     from spacy_elmo.bilm.fast import int8_supported
+    from spacy_elmo.bilm.options import published_options
 
     ElmoBiLm, batch_to_ids = import_reference()
     torch.manual_seed(seed)
@@ -189,7 +189,6 @@ def main(
     import platform
 
     import torch
-
     from inference_speed import make_sentences, matmul_peak
 
     sentences = make_sentences(n_sentences, seed=seed)

@@ -19,12 +19,11 @@ from typing import Dict, Optional, Tuple, Union
 import numpy
 
 from . import hub
-from .hub import families
 from .bilm import BiLM
 from .bilm.formats import efml
 from .bilm.options import BiLMOptions, parameter_count
 from .bilm.weights import WeightFileError, read_checked
-from .hub import CacheError, DownloadError, ModelNotFoundError  # noqa: F401 (the errors of this module's functions)
+from .hub import CacheError, DownloadError, ModelNotFoundError, families  # noqa: F401 (the errors of this module's functions)
 
 PathLike = Union[str, Path]
 Checked = Tuple[BiLMOptions, Dict[str, numpy.ndarray]]

@@ -14,8 +14,8 @@ from thinc.api import Config
 
 from spacy_elmo.bilm import OptionsError, WeightFileError
 from spacy_elmo.hub import ModelNotFoundError
-
-from tests.helpers.paths import FIXTURES, REPO as ROOT
+from tests.helpers.paths import FIXTURES
+from tests.helpers.paths import REPO as ROOT
 
 CONFIGS = ROOT / "configs"
 SAMPLE = FIXTURES / "training_sample"

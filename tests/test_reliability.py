@@ -14,10 +14,8 @@ import pytest
 import spacy
 import torch
 
-from tests.helpers.models import random_model, rewrite_saved_bilm, small_options
-
 from spacy_elmo import BiLM, BiLMOptions, OptionsError, WeightFileError, add_elmo  # noqa: E402
-
+from tests.helpers.models import random_model, rewrite_saved_bilm, small_options
 
 # ------------------------------------------------ 1. concurrent nlp() calls
 N_THREADS = 4
@@ -272,10 +270,9 @@ def test_inference_settings_come_from_the_config_and_survive_a_save(tmp_path):
 
 
 # ------------------------------------------------------- 4./5./6. pretraining
-from tests.helpers.pretrain import tiny_config, write_corpus, write_options  # noqa: E402
-
 from spacy_elmo.pretrain import PretrainError, load_checkpoint, pretrain  # noqa: E402
 from spacy_elmo.pretrain.runlog import read_log  # noqa: E402
+from tests.helpers.pretrain import tiny_config, write_corpus, write_options  # noqa: E402
 
 
 def _checkpoint_of(tmp_path, corpus, **settings):

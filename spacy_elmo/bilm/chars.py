@@ -183,7 +183,7 @@ class CharVocabulary:
                 ids[k + 1] = self.chars.get(char, self._char_oov - 1) + 1
             ids[len(text) + 1] = self._word_end
         if self.words is not None:
-            ids[-1] = self.words.get(text, self._word_oov - 1) + 1
+            ids[-1] = self.words.get(text, self.words["<oov>"]) + 1
         ids.setflags(write=False)
         if len(self._cache) < 2 ** 16:
             self._cache[token] = ids

@@ -229,7 +229,7 @@ class BiLMOptions:
         total = sum(num for _, num in checked)
         if total > MAX_FILTERS_TOTAL:
             problem("filters", f"hold {total} filters in all, more than {MAX_FILTERS_TOTAL}")
-        self.filters = checked  # type: ignore[assignment]
+        self.filters = checked
 
     @property
     def n_filters(self) -> int:

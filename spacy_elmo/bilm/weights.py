@@ -221,7 +221,7 @@ def model_datasets(model) -> Dict[str, numpy.ndarray]:
     return out
 
 
-def save_hdf5(model, path: PathLike) -> None:
+def save_hdf5(model, path: Union[PathLike, BinaryIO]) -> None:
     """Write ``model``'s weights in the published layout."""
     expected = dict(_layout(model))
     with _open(path, "w") as fout:

@@ -6,7 +6,14 @@ import typer
 
 from ._app import BatchSize, InputError, Lang, Model, Options, Progress, Whitespace, command, pick, show_progress
 from .inputs import (
-    STDIN, ProgressEmbedder, input_file, load_model, model_identity, output_file, read_lines, tokenization_name,
+    STDIN,
+    ProgressEmbedder,
+    input_file,
+    load_model,
+    model_identity,
+    output_file,
+    read_lines,
+    tokenization_name,
     tokenizer,
 )
 

@@ -34,7 +34,8 @@ def source_bilm(source: Union[str, Path]) -> BiLM:
         nlp = spacy.load(source)
         for name, component in nlp.pipeline:
             if component.__class__.__name__ == "Elmo":
-                return component.bilm
+                bilm: BiLM = getattr(component, "bilm")
+                return bilm
         raise ValueError(f"the spaCy pipeline {source} has no elmo component")
     return load_bilm(str(source))
 

@@ -21,7 +21,7 @@ Choices:
 import hashlib
 import sys
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy
 
@@ -73,12 +73,13 @@ def read_lines(path: Optional[Path], setting: str = "--input") -> Iterator[str]:
     module docstring says."""
     name = str(path) if path is not None else STDIN
     if path is not None:
-        stream = open(path, "rb")
+        stream: BinaryIO = open(path, "rb")
     else:
-        stream = getattr(sys.stdin, "buffer", None)
-        if stream is None:  # a text stream without bytes underneath
+        stdin_bytes = getattr(sys.stdin, "buffer", None)
+        if stdin_bytes is None:  # a text stream without bytes underneath
             yield from _checked(name, (line.encode("utf-8") for line in sys.stdin), setting)
             return
+        stream = stdin_bytes
     try:
         yield from _checked(name, _bounded_lines(stream), setting)
     finally:
@@ -127,7 +128,7 @@ def tokenizer(lang: str, whitespace: bool) -> Callable[[Iterable[str]], Iterator
         nlp = spacy.blank(lang)
     except (ImportError, KeyError) as err:
         raise InputError(f"--lang {lang!r}: spaCy has no such language ({err}). Use a spaCy language code such as en, de, fr") from None
-    spacy_tokenizer = nlp.tokenizer
+    spacy_tokenizer: Any = nlp.tokenizer  # a Tokenizer (spaCy types the attribute as a callable)
 
     def tokenize(lines: Iterable[str]) -> Iterator[List[str]]:
         for doc in spacy_tokenizer.pipe(lines, batch_size=256):

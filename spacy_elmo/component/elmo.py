@@ -30,15 +30,15 @@ pipeline afterwards (``nlp.to_disk`` writes them in the same format), so
 """
 from itertools import islice
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union, cast
 
 import numpy
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples, validate_get_examples
-from spacy.vocab import Vocab
 from spacy.util import minibatch
+from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from ..bilm import BiLM
@@ -156,7 +156,7 @@ class Elmo(ListenerHost, TrainablePipe):
         self.vocab = vocab
         self.model = model
         self.name = name
-        self.cfg = {"store": store, "dtype": dtype, "mix": None if mix is None else list(mix)}
+        self.cfg: Dict[str, Any] = {"store": store, "dtype": dtype, "mix": None if mix is None else list(mix)}
         #: No biLM gradients in ``update`` (the listeners still get the layers).
         self.frozen = frozen
         self.listener_map = {}
@@ -249,7 +249,8 @@ class Elmo(ListenerHost, TrainablePipe):
 
     def _predict_layers(self, docs: List[Doc]) -> List[numpy.ndarray]:
         cache = None if self.fine_tunes else self.output_cache
-        return self.model.predict(docs) if cache is None else cache.predict(self.model, docs)
+        layers = self.model.predict(docs) if cache is None else cache.predict(self.model, docs)
+        return cast(List[numpy.ndarray], layers)  # thinc's Floats3d: numpy (or cupy) arrays
 
     def set_annotations(self, docs: Sequence[Doc], layers: List[numpy.ndarray]) -> None:
         store, dtype, mix = self.cfg["store"], self.cfg["dtype"], self.cfg["mix"]
@@ -421,7 +422,7 @@ def add_elmo(
         weights, options = in_config["weights"], in_config["options"]
     if bilm is None:
         bilm = load_bilm(weights, options)  # before add_pipe: a bad name leaves nlp as it was
-    component = nlp.add_pipe("elmo", name=name, config=config or {}, **add_pipe_kwargs)
+    component = cast(Elmo, nlp.add_pipe("elmo", name=name, config=config or {}, **add_pipe_kwargs))
     component.load_weights(bilm=bilm)
     component.model.initialize()
     return component

@@ -33,7 +33,7 @@ import os
 import sys
 import urllib.parse
 from pathlib import Path
-from typing import Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 from .help import HOW_TO_GIVE_WEIGHTS, published_offline, urls_offline
 from .transport import Check, CheckOptions, DownloadError, check_url, fetch_files, redact
@@ -241,7 +241,7 @@ def fetch(
 ) -> Tuple[Path, Path]:
     """Weights and options given as URLs and/or local paths: each URL is
     downloaded once into ``<cache>/urls/`` (see :func:`url_cache_path`)."""
-    sources = []
+    sources: List[Tuple[Optional[str], Path]] = []
     for value in (weights, options):
         if is_url(value):
             sources.append((str(value), url_cache_path(str(value))))

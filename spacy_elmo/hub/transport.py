@@ -50,8 +50,8 @@ import shutil
 import sys
 import tempfile
 import time
-import urllib.parse
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Tuple
@@ -178,7 +178,7 @@ def fetch_files(
                 except (ValueError, OSError) as err:
                     detail = str(err)
                     for url, path in sources:  # name the download, not its temporary file
-                        if path in staged:
+                        if url is not None and path in staged:
                             detail = detail.replace(str(staged[path]), url)
                     raise FetchFailure(f"the download does not load as ELMo weights with its options: {detail}") from None
             for path in (options_path, weights_path):  # weights last: their presence means complete

@@ -6,10 +6,10 @@ docs/pretraining.md.
 from .checkpoint import load_checkpoint
 from .config import PretrainConfig
 from .corpus import Corpus, CorpusStats
-from .reading import read_corpus
 from .errors import PretrainError
 from .export import export
 from .model import PretrainModel
+from .reading import read_corpus
 from .trainer import pretrain
 from .vocab import Vocab
 

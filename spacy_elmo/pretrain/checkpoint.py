@@ -19,8 +19,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import distributed as D
 from ..bilm.options import BiLMOptions
+from . import distributed as D
 from .config import PretrainConfig
 from .errors import PretrainError
 from .vocab import Vocab

@@ -56,7 +56,7 @@ def save_corpus(corpus: Corpus, path: Path, compressed: bool = False, settings: 
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    arrays = corpus.to_arrays()
+    arrays: Dict[str, Any] = corpus.to_arrays()  # Any: numpy's savez stub types **arrays as its own options
     meta = json.dumps({"format": CACHE_FORMAT, "types": corpus.types, "stats": corpus.stats.to_dict(), "settings": settings or {}})
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:

@@ -50,8 +50,16 @@ from ..bilm.options import BiLMOptions
 from . import distributed as D
 from .batches import epoch_batches
 from .checkpoint import (
-    LAST, PREVIOUS, check_resume, check_resume_data, check_resume_options, load_resume_checkpoint, make_checkpoint,
-    restore, rng_state, save_keeping_previous,
+    LAST,
+    PREVIOUS,
+    check_resume,
+    check_resume_data,
+    check_resume_options,
+    load_resume_checkpoint,
+    make_checkpoint,
+    restore,
+    rng_state,
+    save_keeping_previous,
 )
 from .config import PretrainConfig
 from .curve import plot_learning_curve

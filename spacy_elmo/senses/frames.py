@@ -41,7 +41,7 @@ positions of the tokens in which the two fillings differ).
 import re
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, Iterable, List, Union
+from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 #: Refuse sense files larger than this (bytes): the shipped set is ~60 kB.
 MAX_BYTES = 16 * 2**20
@@ -75,7 +75,9 @@ def parse_frames(text: str, source: str = "<frames>") -> List[Dict]:
     malformed line (``source:line: what is wrong``)."""
     items: List[Dict] = []
     errors: List[str] = []
-    word, senses, count = None, None, 0
+    word: Optional[str] = None
+    senses: Tuple[str, str] = ("", "")
+    count = 0
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         where = f"{source}:{number}"
@@ -108,14 +110,14 @@ def parse_frames(text: str, source: str = "<frames>") -> List[Dict]:
     return items
 
 
-def _expand(line: str, word: str, where: str):
+def _expand(line: str, word: str, where: str) -> List[Tuple[List[str], List[int]]]:
     """The two token lists of a frame line and the positions of its cue tokens."""
     if "{" not in line:
         raise SenseDataError(f"{where}: a frame needs at least one cue slot {{A | B}}")
     stripped = _SLOT.sub(" ", line)
     if any(c in stripped for c in "{}|"):
         raise SenseDataError(f"{where}: unbalanced cue slot: write each as {{fill A | fill B}} with no nesting")
-    sides = ([], [])
+    sides: Tuple[List[str], List[str]] = ([], [])
     cues: List[int] = []
     position = 0
     for piece in re.split(r"(\{[^{}]*\})", line):

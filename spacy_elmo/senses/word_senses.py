@@ -208,7 +208,7 @@ def one_nn(vectors: numpy.ndarray, senses: Sequence[str], tolerance: float = TIE
     credits, tied = [], []
     for i, row in enumerate(sims):
         best = row.max()
-        near = {senses[j] for j in numpy.flatnonzero(row >= best - tolerance)}
+        near = {senses[int(j)] for j in numpy.flatnonzero(row >= best - tolerance)}
         credits.append(1.0 / len(near) if senses[i] in near else 0.0)
         tied.append(len(near) > 1)
     return credits, tied

@@ -19,7 +19,6 @@ from spacy_elmo.bilm.fast import InferenceEngine
 from spacy_elmo.bilm.fast.token_cache import type_keys
 from spacy_elmo.bilm.formats import efml
 from spacy_elmo.bilm.formats.efml import EfmlFormatError
-
 from tests.helpers.paths import EXAMPLES, FIXTURES
 
 EFML = FIXTURES / "efml"

@@ -18,7 +18,6 @@ from spacy_elmo.bilm import BiLM
 from spacy_elmo.cli import app, read_embeddings
 from spacy_elmo.cli.inputs import ProgressEmbedder
 from spacy_elmo.pretrain.checkpoint import CHECKPOINT_FORMAT
-
 from tests.helpers.paths import PARITY
 
 MODEL = ["--model", str(PARITY)]

@@ -7,7 +7,6 @@ from spacy.tokens import DocBin
 
 from spacy_elmo import add_elmo
 from spacy_elmo.layers.span_plan import token_buffers
-
 from tests.helpers.models import random_model
 from tests.helpers.paths import FIXTURES
 

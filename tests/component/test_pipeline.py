@@ -6,7 +6,6 @@ from spacy.tokens import Doc, DocBin
 
 from spacy_elmo import ElmoData, add_elmo
 from spacy_elmo.layers.span_getters import configure_sent_or_strided_spans, token_sources
-
 from tests.helpers.models import random_model
 
 

@@ -7,7 +7,6 @@ import spacy
 from spacy.tokens import Doc, DocBin
 
 from spacy_elmo.component import vector_hooks
-
 from tests.helpers.paths import EXAMPLES
 
 BANK = EXAMPLES / "bank.txt"

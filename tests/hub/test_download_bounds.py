@@ -20,7 +20,6 @@ import pytest
 from spacy_elmo import BiLM, hub, loading
 from spacy_elmo.bilm.options import BiLMOptions, parameter_count, published_options
 from spacy_elmo.hub import CacheError, DownloadError
-
 from tests.helpers.paths import PARITY
 
 SMALL = hub.PUBLISHED_MODELS["small"]

@@ -15,7 +15,6 @@ from spacy.tokens import Doc
 
 from spacy_elmo import BiLM, hub, loading
 from spacy_elmo.hub import DownloadError, ModelNotFoundError
-
 from tests.helpers.paths import ALLENNLP, PARITY, REPO
 from tests.helpers.server import Server
 

@@ -12,10 +12,9 @@ import torch
 from typer.testing import CliRunner
 
 from spacy_elmo import BiLM, hub
-from spacy_elmo.hub import families as hub_families
 from spacy_elmo.bilm.options import BiLMOptions
+from spacy_elmo.hub import families as hub_families
 from spacy_elmo.hub.families import UnsafeArchiveError
-
 from tests.helpers.models import small_options
 from tests.helpers.paths import FIXTURES
 from tests.helpers.server import Server

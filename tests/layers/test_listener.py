@@ -11,10 +11,9 @@ from spacy.training import Example
 
 from spacy_elmo import add_elmo, mix_weights
 from spacy_elmo.layers.scalar_mix import ScalarMix
-
-from tests.helpers.models import CAT_DATA, NER_DATA, TAG_DATA, ner_config, random_model, tagger_config, train as train_steps
+from tests.helpers.models import CAT_DATA, NER_DATA, TAG_DATA, ner_config, random_model, tagger_config
+from tests.helpers.models import train as train_steps
 from tests.helpers.paths import CONFIGS
-
 
 
 def listener(width=32, **kwargs):

@@ -11,18 +11,17 @@ import numpy
 import pytest
 import torch
 
-from tests.helpers.pretrain import distributed_worker, make_lines, tiny_config, write_corpus, write_options  # noqa: E402
-
 from spacy_elmo import BiLM  # noqa: E402
 from spacy_elmo.bilm.chars import batch_to_char_ids  # noqa: E402
-from spacy_elmo.pretrain.lm_head import LMHead, default_cutoffs  # noqa: E402
+from spacy_elmo.bilm.options import BiLMOptions  # noqa: E402
 from spacy_elmo.pretrain import PretrainConfig, Vocab, export, load_checkpoint, pretrain, read_corpus  # noqa: E402
 from spacy_elmo.pretrain.batches import epoch_batches  # noqa: E402
+from spacy_elmo.pretrain.lm_head import LMHead, default_cutoffs  # noqa: E402
 from spacy_elmo.pretrain.model import PretrainModel  # noqa: E402
 from spacy_elmo.pretrain.prepare import unigram_perplexity  # noqa: E402
 from spacy_elmo.pretrain.runlog import read_log  # noqa: E402
-from spacy_elmo.bilm.options import BiLMOptions  # noqa: E402
 from tests.helpers.models import small_options  # noqa: E402
+from tests.helpers.pretrain import distributed_worker, make_lines, tiny_config, write_corpus, write_options  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -11,9 +11,17 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
 from spacy_elmo.cli.inputs import load_model
-from spacy_elmo.senses.frames import SenseDataError, parse_frames, stem_clashes
-from spacy_elmo.senses.word_senses import DATA, load_senses, nearest_centroid, nearest_uses, one_nn, random_like, sense_eval
 from spacy_elmo.senses.display import format_table
+from spacy_elmo.senses.frames import SenseDataError, parse_frames, stem_clashes
+from spacy_elmo.senses.word_senses import (
+    DATA,
+    load_senses,
+    nearest_centroid,
+    nearest_uses,
+    one_nn,
+    random_like,
+    sense_eval,
+)
 
 
 @pytest.fixture(scope="module")

@@ -45,7 +45,7 @@ import json
 import logging
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Dict, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
 
 import torch
 
@@ -74,13 +74,16 @@ from .efml_files import (  # noqa: F401
     write_dic,
 )
 
+if TYPE_CHECKING:  # the model imports this module: no import at run time
+    from ..model import BiLM
+
 logger = logging.getLogger("spacy_elmo")
 
 PathLike = Union[str, Path]
 
 
 # ------------------------------------------------------------------ loading
-def load(path: PathLike, **kwargs) -> "BiLM":  # noqa: F821
+def load(path: PathLike, **kwargs) -> "BiLM":
     """A :class:`~spacy_elmo.BiLM` from an ELMoForManyLangs model directory
     (``kwargs`` go to the BiLM: ``stateful``, ``token_cache_size``, ...)."""
     folder = Path(path)
@@ -114,7 +117,7 @@ def load(path: PathLike, **kwargs) -> "BiLM":  # noqa: F821
     return build(options, chars, words, token_embedder, encoder, where=str(folder), **kwargs)
 
 
-def build(options: BiLMOptions, chars, words, token_embedder, encoder, *, where: str = "the model", **kwargs) -> "BiLM":  # noqa: F821
+def build(options: BiLMOptions, chars, words, token_embedder, encoder, *, where: str = "the model", **kwargs) -> "BiLM":
     """A BiLM of checked ``options`` with the reference's state dicts."""
     from ..model import BiLM
 
@@ -234,7 +237,7 @@ def to_fields(model) -> Dict[str, Any]:
     }
 
 
-def from_fields(options: BiLMOptions, msg: Dict[str, Any], where: str, **kwargs) -> "BiLM":  # noqa: F821
+def from_fields(options: BiLMOptions, msg: Dict[str, Any], where: str, **kwargs) -> "BiLM":
     """The biLM of :func:`to_fields`' fields, every tensor shape-checked
     against ``options`` (already validated) before the model is allocated."""
     import io
@@ -246,7 +249,7 @@ def from_fields(options: BiLMOptions, msg: Dict[str, Any], where: str, **kwargs)
     vocab = msg.get("vocabulary")
     if not isinstance(vocab, dict):
         raise EfmlFormatError(f"{where} holds no vocabulary (field 'vocabulary')")
-    tables = {}
+    tables: Dict[str, Optional[Dict[str, int]]] = {}
     for name in ("chars", "words"):
         entries = vocab.get(name)
         if entries is None and name == "words":

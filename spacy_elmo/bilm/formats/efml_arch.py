@@ -67,7 +67,7 @@ def infer_architecture(token_embedder: Dict[str, torch.Tensor], encoder: Dict[st
             raise EfmlFormatError(f"cannot infer the architecture: {where} has no tensor {key!r}")
         return tuple(table[key].shape)
 
-    filters = []
+    filters: List[List[int]] = []
     while f"convolutions.{len(filters)}.weight" in token_embedder:
         num, _, width = shape(token_embedder, f"convolutions.{len(filters)}.weight", "token_embedder.pkl")
         filters.append([width, num])
