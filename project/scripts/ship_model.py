@@ -103,7 +103,8 @@ def finished_run(run: Path, export_dir: Path) -> tuple:
     the log must end with the run's ``end`` record (the weights `pretrain`
     exports at the end are those of that step), or with ``stopped`` right
     after a ``checkpoint`` of the same step (a run stopped by a signal, whose
-    checkpoint was exported, as ``pretrain --time-limit`` does); the export must be of RUN (its options and vocabulary)."""
+    checkpoint was exported, as ``pretrain --time-limit`` does); the export
+    must be of RUN (its options and vocabulary)."""
     records = read_log(run)
     ended = bool(records) and records[-1]["event"] == "end"
     stopped = (len(records) >= 2 and records[-1]["event"] == "stopped" and records[-2]["event"] == "checkpoint"
@@ -184,7 +185,9 @@ def corpus_command(config: dict) -> str:
 def machine() -> str:
     try:
         lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        model = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")), "")
+        model = next(
+            (line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")), ""
+        )
         flags = next((line for line in lscpu.splitlines() if line.startswith("Flags")), "")
         isa = "AVX-512 bf16" if "avx512_bf16" in flags else ("AVX-512" if "avx512f" in flags else "AVX2")
     except (OSError, subprocess.CalledProcessError):
@@ -215,7 +218,11 @@ def senses_record(path: Path, weights: Path) -> dict:
     for method, by_layer in data["model"].items():
         for layer, accuracy in by_layer.items():
             rnd = data["random"][method][layer]
-            layers.setdefault(layer, {})[method] = {"model": accuracy, "random_mean": rnd["mean"], "random_sd": rnd["sd"]}
+            layers.setdefault(layer, {})[method] = {
+                "model": accuracy,
+                "random_mean": rnd["mean"],
+                "random_sd": rnd["sd"],
+            }
     return {"data": data.get("data", ""), "seeds": data.get("seeds"), "layers": layers}
 
 
@@ -234,10 +241,17 @@ def downstream_record(path: Path, weights: Optional[Path] = None) -> dict:
     for label, task, fraction, measure in DOWNSTREAM_ROWS:
         cells = {system: summary.get(task, {}).get(system, {}).get(fraction) for system in ("baseline", "elmo_tok2vec")}
         if all(cells.values()):
-            rows[label] = {"measure": measure, **{
-                system: {"mean": cell["test"][0], "sd": cell["test"][1], "n": cell["n"]} for system, cell in cells.items()}}
+            rows[label] = {
+                "measure": measure,
+                **{
+                    system: {"mean": cell["test"][0], "sd": cell["test"][1], "n": cell["n"]}
+                    for system, cell in cells.items()
+                },
+            }
     if not rows:
-        raise SystemExit(f"--downstream {path.name}: no task with both tok2vec (baseline) and ELMo (elmo_tok2vec) scores")
+        raise SystemExit(
+            f"--downstream {path.name}: no task with both tok2vec (baseline) and ELMo (elmo_tok2vec) scores"
+        )
     return rows
 
 
@@ -264,7 +278,11 @@ def senses_text(senses: dict) -> str:
             f"{100 * cells[m]['model']:.1f} | {100 * cells[m]['random_mean']:.1f} ± {100 * cells[m]['random_sd']:.1f}"
             for m in methods) + " |"
         for layer, cells in sorted(senses["layers"].items(), key=lambda kv: (kv[0] == "mix", kv[0])))
-    seeds = f"{senses['seeds']} random-weights biLMs of the same shape" if senses.get("seeds") else "random-weights biLMs of the same shape"
+    seeds = (
+        f"{senses['seeds']} random-weights biLMs of the same shape"
+        if senses.get("seeds")
+        else "random-weights biLMs of the same shape"
+    )
     return (f"Word-sense accuracy (%) on {senses.get('data') or 'the packaged sense set'}, leave-one-frame-out "
             f"(chance 50), against {seeds} (`python benchmarks/senses_baseline.py --json FILE`):\n\n"
             f"{head}\n{rule}\n{body}")
@@ -317,8 +335,14 @@ def write_card(target: Path, history: list, stats: dict, command: str, note: str
     total_train = sum(s["train_words"] for s in corpus.values())
     total_held = sum(s["heldout_words"] for s in corpus.values())
     extra = [name for name in corpus if name in stats.get("extra_sources", {})]
-    extra_text = (f" Sources added after the held-out slice was fixed ({', '.join(extra)}) hold out their "
-                  "lines in `heldout_new.txt`, not in the slice the perplexities above are measured on.") if extra else ""
+    extra_text = (
+        (
+            f" Sources added after the held-out slice was fixed ({', '.join(extra)}) hold out their "
+            "lines in `heldout_new.txt`, not in the slice the perplexities above are measured on."
+        )
+        if extra
+        else ""
+    )
     on_gpu = any(word in current["machine"] for word in ("NVIDIA", "GPU"))
     where = "on CPUs and, for part of its training, a GPU" if on_gpu else "on a CPU"
     threads = "" if on_gpu else "; torch threads as in the command below; the machine ran other work beside it"
@@ -327,7 +351,8 @@ def write_card(target: Path, history: list, stats: dict, command: str, note: str
     # same corpus (a stage recorded before stages kept theirs counts as the same).
     epoch = current["corpus_tokens"]
     if all(st.get("corpus_tokens", epoch) == epoch for st in current.get("stages") or []):
-        seen = f"{current['tokens_seen']:,} ({current['tokens_seen'] / epoch:.2f} passes over the {epoch:,} training tokens)"
+        passes = current["tokens_seen"] / epoch
+        seen = f"{current['tokens_seen']:,} ({passes:.2f} passes over the {epoch:,} training tokens)"
     else:
         seen = (f"{current['tokens_seen']:,} in all stages (epochs differ between stages; the last stage's: "
                 f"{epoch:,} training tokens)")
@@ -345,28 +370,28 @@ contextual English vectors offline.
 
 | | |
 |---|---|
-| shape | char-CNN filters {cnn['filters']} ({sum(n for _, n in cnn['filters'])} in all), {cnn['n_highway']} highway, char embedding {cnn['embedding']['dim']}; 2 x {lstm['n_layers']}-layer LSTM, cell {lstm['dim']}, projection {lstm['projection_dim']}, cell/projection clip {lstm.get('cell_clip')}/{lstm.get('proj_clip')}, skip connections |
-| output | {lstm['n_layers'] + 1} layers of {2 * lstm['projection_dim']} dimensions per token |
-| parameters | {current['parameters']:,} in training, of which the biLM shipped here is the part without the softmax |
-| softmax (training only) | adaptive, {current['vocab_size']:,} words (`vocab.txt`, `softmax.hdf5`: what `pretrain --init` continues from) |
+| shape | char-CNN filters {cnn["filters"]} ({sum(n for _, n in cnn["filters"])} in all), {cnn["n_highway"]} highway, char embedding {cnn["embedding"]["dim"]}; 2 x {lstm["n_layers"]}-layer LSTM, cell {lstm["dim"]}, projection {lstm["projection_dim"]}, cell/projection clip {lstm.get("cell_clip")}/{lstm.get("proj_clip")}, skip connections |
+| output | {lstm["n_layers"] + 1} layers of {2 * lstm["projection_dim"]} dimensions per token |
+| parameters | {current["parameters"]:,} in training, of which the biLM shipped here is the part without the softmax |
+| softmax (training only) | adaptive, {current["vocab_size"]:,} words (`vocab.txt`, `softmax.hdf5`: what `pretrain --init` continues from) |
 | files | `weights.hdf5` + `options.json` in the published bilm-tf/AllenNLP format |
 
 ## Training
 
 | | |
 |---|---|
-| steps | {current['step']:,} optimizer steps{stages_text}{'' if stages_text else ','} of {cfg['batch_size']} windows per process (at most {cfg['max_tokens']} tokens each) |
+| steps | {current["step"]:,} optimizer steps{stages_text}{"" if stages_text else ","} of {cfg["batch_size"]} windows per process (at most {cfg["max_tokens"]} tokens each) |
 | tokens seen | {seen} |
-| optimizer | {last}{cfg['optimizer']}, lr {cfg['lr']}, {cfg['warmup_steps']} warm-up steps, {cfg['schedule']} decay to 0 at step {cfg['max_steps']:,}; dropout {cfg['dropout']}; gradient norm clip {cfg['clip_norm']} |
-| wall time | {current['train_hours']:.1f} h of training |
-| hardware | {current['machine']}{threads} |
+| optimizer | {last}{cfg["optimizer"]}, lr {cfg["lr"]}, {cfg["warmup_steps"]} warm-up steps, {cfg["schedule"]} decay to 0 at step {cfg["max_steps"]:,}; dropout {cfg["dropout"]}; gradient norm clip {cfg["clip_norm"]} |
+| wall time | {current["train_hours"]:.1f} h of training |
+| hardware | {current["machine"]}{threads} |
 
-Held-out perplexity ({current['dev_tokens']:,} held-out tokens per direction, never trained on; exact for
-the model's adaptive softmax over {current['vocab_size']:,} words, with out-of-vocabulary words as `<UNK>`):
+Held-out perplexity ({current["dev_tokens"]:,} held-out tokens per direction, never trained on; exact for
+the model's adaptive softmax over {current["vocab_size"]:,} words, with out-of-vocabulary words as `<UNK>`):
 
 | forward | backward | geometric mean | unigram baseline |
 |---|---|---|---|
-| {current['dev_ppl_forward']:.1f} | {current['dev_ppl_backward']:.1f} | {current['dev_ppl']:.1f} | {current['unigram_dev_ppl']:.0f} |
+| {current["dev_ppl_forward"]:.1f} | {current["dev_ppl_backward"]:.1f} | {current["dev_ppl"]:.1f} | {current["unigram_dev_ppl"]:.0f} |
 
 Reproduce (from `project/`, after `python -m weasel run {corpus_command(cfg)}`):
 
@@ -411,7 +436,7 @@ of the same shape; 1%-POS: ELMo against tok2vec:
 | shipped | step | tokens seen | training | parameters | forward | backward | mean | unigram | senses | 1%-POS |
 |---|---|---|---|---|---|---|---|---|---|---|
 {rows}
-"""
+"""  # noqa: E501 (the card's tables and command are markdown lines)
     (target / "MODEL_CARD.md").write_text(text, encoding="utf-8")
 
 
@@ -440,13 +465,23 @@ def main() -> None:
     parser.add_argument("--earlier", type=Path, action="append", default=[],
                         help="a run that RUN continued (with --init from its export): its steps, tokens and time "
                              "are added")
-    parser.add_argument("--note", default=None, help="a remark printed under the command in the card (e.g. how the run was resumed)")
-    parser.add_argument("--senses", type=Path, default=None, help="benchmarks/senses_baseline.py --json output for these weights")
-    parser.add_argument("--downstream", type=Path, default=None, help="the project's reports/summary.json with these weights")
+    parser.add_argument(
+        "--note", default=None, help="a remark printed under the command in the card (e.g. how the run was resumed)"
+    )
+    parser.add_argument(
+        "--senses", type=Path, default=None, help="benchmarks/senses_baseline.py --json output for these weights"
+    )
+    parser.add_argument(
+        "--downstream", type=Path, default=None, help="the project's reports/summary.json with these weights"
+    )
     parser.add_argument("--update-card", action="store_true",
                         help="add --senses/--downstream to the shipped version and rewrite its card; no new weights")
-    parser.add_argument("--checkpoint", type=Path, default=None,
-                        help="the checkpoint to ship (default: RUN's last.pt); its step must have a held-out evaluation")
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="the checkpoint to ship (default: RUN's last.pt); its step must have a held-out evaluation",
+    )
     parser.add_argument("--export", type=Path, default=None,
                         help="ship this export of RUN's finished training (its final weights, as `pretrain` wrote them "
                              "to RUN/export) instead of a checkpoint: for a run trained on another machine whose "

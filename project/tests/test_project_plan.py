@@ -64,7 +64,11 @@ def test_committed_configs_are_what_make_configs_writes(tmp_path):
                 assert f"initial_rate = {make_configs.TRANSFORMER_RATE[task]}" in make_configs.build(system, task)
                 continue
             assert make_configs.write(system, task, tmp_path).read_text(encoding="utf-8") == text, name
-    assert {t: float(r) for t, r in make_configs.TRANSFORMER_RATE.items()} == {"pos": 2e-4, "ner": 2e-4, "sentiment": 5e-5}
+    assert {t: float(r) for t, r in make_configs.TRANSFORMER_RATE.items()} == {
+        "pos": 2e-4,
+        "ner": 2e-4,
+        "sentiment": 5e-5,
+    }
 
 
 def test_every_script_is_a_command_and_imports_only_the_shared_module():

@@ -1,4 +1,6 @@
-"""run_grid.speed: words/s over the whole stream, not spaCy's mean of per-batch rates; remeasure_speed.py times a grid again, from trained or untrained pipelines."""
+"""run_grid.speed: words/s over the whole stream, not spaCy's mean of per-batch rates;
+remeasure_speed.py times a grid again, from trained or untrained pipelines."""
+
 import json
 import time
 from pathlib import Path

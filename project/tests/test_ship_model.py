@@ -32,17 +32,25 @@ def ship(*args):
 
 def senses_file(path, weights, sha=None):
     cell = {"mean": 0.5, "sd": 0.01, "min": 0.49, "max": 0.51, "seed0": 0.5}
-    data = {"data": "the packaged set", "seeds": 3,
-            "weights_sha256": sha or ship_model.sha256_of(weights),
-            "model": {"centroid": {"0": 0.5, "1": 0.62, "2": 0.71, "mix": 0.69}, "1nn": {"0": 0.5, "1": 0.6, "2": 0.65, "mix": 0.64}},
-            "random": {m: {layer: cell for layer in ("0", "1", "2", "mix")} for m in ("centroid", "1nn")}}
+    data = {
+        "data": "the packaged set",
+        "seeds": 3,
+        "weights_sha256": sha or ship_model.sha256_of(weights),
+        "model": {
+            "centroid": {"0": 0.5, "1": 0.62, "2": 0.71, "mix": 0.69},
+            "1nn": {"0": 0.5, "1": 0.6, "2": 0.65, "mix": 0.64},
+        },
+        "random": {m: {layer: cell for layer in ("0", "1", "2", "mix")} for m in ("centroid", "1nn")},
+    }
     path.write_text(json.dumps(data), encoding="utf-8")
     return path
 
 
 def test_ship_then_update_card(run, tmp_path):
     target = tmp_path / "english"
-    result = ship(run, target, "--corpus-stats", stats_file(tmp_path), "--command", "pretrain X", "--date", "2026-11-25")
+    result = ship(
+        run, target, "--corpus-stats", stats_file(tmp_path), "--command", "pretrain X", "--date", "2026-11-25"
+    )
     assert result.returncode == 0, result.stderr
     history = [json.loads(line) for line in (target / "history.jsonl").read_text().splitlines()]
     assert len(history) == 1 and history[0]["command"] == "pretrain X"
@@ -70,7 +78,9 @@ def test_ship_then_update_card(run, tmp_path):
                "ner": {"baseline": {"100.0": {"n": 3, "test": [0.29, 0.02]}}}}
     # A summary whose ELMo runs name other weights is refused; one naming these goes on the card.
     (tmp_path / "summary.json").write_text(json.dumps(dict(summary, elmo_weights_sha256=["0" * 64])), encoding="utf-8")
-    refused = ship("--update-card", target, "--corpus-stats", stats_file(tmp_path), "--downstream", tmp_path / "summary.json")
+    refused = ship(
+        "--update-card", target, "--corpus-stats", stats_file(tmp_path), "--downstream", tmp_path / "summary.json"
+    )
     assert refused.returncode != 0 and "rerun the headline grid" in refused.stderr and "summary.json" in refused.stderr
     summary["elmo_weights_sha256"] = [ship_model.sha256_of(target / "weights.hdf5")]
     (tmp_path / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
