@@ -97,7 +97,9 @@ def load_bilm(
     ``kwargs`` go to :class:`~spacy_elmo.bilm.BiLM`."""
     _check_local_weights_file(weights)
     check = _Check()
-    weights_path, options_path = hub.resolve(weights, options, check=check, check_options=check.options, progress=progress)
+    weights_path, options_path = hub.resolve(
+        weights, options, check=check, check_options=check.options, progress=progress
+    )
     if efml.is_model_dir(weights_path):
         return efml.load(weights_path, **kwargs)
     read = check.read if check.read is not None else read_checked(weights_path, options_path)

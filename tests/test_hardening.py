@@ -126,7 +126,9 @@ def _flip_float_bytes(state):
     "edit",
     [
         _flip_float_bytes,
-        lambda s: s["options"]["lstm"].__setitem__("use_skip_connections", not s["options"]["lstm"].get("use_skip_connections", False)),
+        lambda s: s["options"]["lstm"].__setitem__(
+            "use_skip_connections", not s["options"]["lstm"].get("use_skip_connections", False)
+        ),
         lambda s: s["options"]["lstm"].__setitem__("cell_clip", 1.5),
         lambda s: s["options"]["lstm"].__setitem__("proj_clip", 0.25),
     ],

@@ -189,7 +189,9 @@ class CharVocabulary:
             self._cache[token] = ids
         return ids
 
-    def batch_ids(self, sentences: Sequence[Sequence[str]], add_boundaries: bool = True) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    def batch_ids(
+        self, sentences: Sequence[Sequence[str]], add_boundaries: bool = True
+    ) -> Tuple[numpy.ndarray, numpy.ndarray]:
         """As :func:`batch_to_char_ids`, in this scheme."""
         extra = 2 if add_boundaries else 0
         lengths = numpy.array([len(s) + extra for s in sentences], dtype=numpy.int64)

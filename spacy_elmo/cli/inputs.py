@@ -56,7 +56,9 @@ def output_file(path: Optional[Path], setting: str) -> Optional[Path]:
     if path.is_dir():
         raise InputError(f"{setting} {path} is a directory: give a file name")
     if not folder.is_dir():
-        raise InputError(f"{setting} {path}: the directory {folder} does not exist; create it first (mkdir -p {folder})")
+        raise InputError(
+            f"{setting} {path}: the directory {folder} does not exist; create it first (mkdir -p {folder})"
+        )
     if not _writable(folder):
         raise InputError(f"{setting} {path}: the directory {folder} is not writable")
     return path
@@ -100,7 +102,9 @@ def _checked(name: str, raws: Iterable[bytes], setting: str) -> Iterator[str]:
     for number, raw in enumerate(raws, 1):
         where = f"{setting} {name}, line {number}"
         if b"\x00" in raw:
-            raise InputError(f"{where}: a NUL byte: this is a binary file, not text. Give UTF-8 text, one sentence a line")
+            raise InputError(
+                f"{where}: a NUL byte: this is a binary file, not text. Give UTF-8 text, one sentence a line"
+            )
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as err:
@@ -127,7 +131,9 @@ def tokenizer(lang: str, whitespace: bool) -> Callable[[Iterable[str]], Iterator
     try:
         nlp = spacy.blank(lang)
     except (ImportError, KeyError) as err:
-        raise InputError(f"--lang {lang!r}: spaCy has no such language ({err}). Use a spaCy language code such as en, de, fr") from None
+        raise InputError(
+            f"--lang {lang!r}: spaCy has no such language ({err}). Use a spaCy language code such as en, de, fr"
+        ) from None
     spacy_tokenizer: Any = nlp.tokenizer  # a Tokenizer (spaCy types the attribute as a callable)
 
     def tokenize(lines: Iterable[str]) -> Iterator[List[str]]:
@@ -197,7 +203,9 @@ class ProgressEmbedder:
         self.progress = progress
         self.desc = desc
 
-    def batches(self, sentences: Sequence[Sequence[str]], batch_size: int) -> Iterator[Tuple[List[int], List[numpy.ndarray]]]:
+    def batches(
+        self, sentences: Sequence[Sequence[str]], batch_size: int
+    ) -> Iterator[Tuple[List[int], List[numpy.ndarray]]]:
         """(rows, arrays) per batch, in the order the biLM runs them; empty
         sentences come last, in one batch."""
         from tqdm import tqdm
@@ -208,7 +216,9 @@ class ProgressEmbedder:
             raise InputError(f"--batch-size must be >= 1, found {batch_size}")
         sentences = [list(s) for s in sentences]
         stateful = getattr(self.bilm, "stateful", False)
-        with tqdm(total=len(sentences), desc=self.desc, unit=" sentences", disable=not self.progress, file=sys.stderr) as bar:
+        with tqdm(
+            total=len(sentences), desc=self.desc, unit=" sentences", disable=not self.progress, file=sys.stderr
+        ) as bar:
             for rows in batch_rows(sentences, batch_size, by_length=not stateful):
                 yield rows, self.bilm.embed_sentences([sentences[i] for i in rows], batch_size=len(rows))
                 bar.update(len(rows))

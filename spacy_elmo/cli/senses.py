@@ -70,8 +70,12 @@ def senses(
     model: Model = None,
     options: Options = None,
     per_word: bool = typer.Option(False, "--per-word", help="Also print each word's accuracy per layer"),
-    method: str = typer.Option("centroid", help="centroid: nearest sense centroid (the paper's method); 1nn: nearest other use"),
-    random_weights: bool = typer.Option(False, "--random-weights", help="The baseline: a biLM of the same shape with random weights (seed 0)"),
+    method: str = typer.Option(
+        "centroid", help="centroid: nearest sense centroid (the paper's method); 1nn: nearest other use"
+    ),
+    random_weights: bool = typer.Option(
+        False, "--random-weights", help="The baseline: a biLM of the same shape with random weights (seed 0)"
+    ),
     batch_size: BatchSize = 64,
     progress: Progress = None,
     old_weights: Optional[str] = typer.Option(None, "--weights", hidden=True),

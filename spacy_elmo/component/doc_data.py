@@ -157,7 +157,9 @@ def check_payload(data: Any) -> None:
         raise ElmoDataError(f"{where} lacks the key(s) {missing}; {_REDO}")
     arrays = {key: data[key] for key in ("layers", "mixed") if data[key] is not None}
     if len(arrays) != 1:
-        raise ElmoDataError(f"{where} must hold exactly one of 'layers' and 'mixed', found {sorted(arrays) or 'neither'}; {_REDO}")
+        raise ElmoDataError(
+            f"{where} must hold exactly one of 'layers' and 'mixed', found {sorted(arrays) or 'neither'}; {_REDO}"
+        )
     ((key, value),) = arrays.items()
     ndim = 3 if key == "layers" else 2
     if not isinstance(value, numpy.ndarray):

@@ -148,7 +148,9 @@ class Elmo(ListenerHost, TrainablePipe):
         buffer_tokens: int = 16384,
     ) -> None:
         if isinstance(buffer_tokens, bool) or not isinstance(buffer_tokens, int) or buffer_tokens < 0:
-            raise ValueError(f"the elmo component's buffer_tokens must be an integer >= 0 (0: off), found {buffer_tokens!r}")
+            raise ValueError(
+                f"the elmo component's buffer_tokens must be an integer >= 0 (0: off), found {buffer_tokens!r}"
+            )
         if store not in STORES:
             raise ValueError(f"store must be one of {STORES}, found {store!r}")
         if dtype not in DTYPES:
@@ -331,7 +333,7 @@ class Elmo(ListenerHost, TrainablePipe):
     def fine_tunes(self) -> bool:
         """Whether ``update`` fine-tunes the biLM: not :attr:`frozen`, and a
         listener has ``grad_factor > 0``."""
-        return not self.frozen and any(l.attrs["grad_factor"] > 0 for l in self.listeners)
+        return not self.frozen and any(listener.attrs["grad_factor"] > 0 for listener in self.listeners)
 
     def finish_update(self, sgd: Optimizer) -> None:
         if not self.frozen:

@@ -167,7 +167,9 @@ def check_cache(paths, folders=()) -> None:
     while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
         probe = probe.parent  # the nearest thing that is there
     if probe.is_symlink() and not probe.exists():
-        raise CacheError(f"{setting}: {probe} is a symbolic link to {os.readlink(probe)}, which does not exist; remove it or {fix}")
+        raise CacheError(
+            f"{setting}: {probe} is a symbolic link to {os.readlink(probe)}, which does not exist; remove it or {fix}"
+        )
     if not probe.is_dir():
         raise CacheError(f"{setting}: {probe} is a file, not a directory; {fix}, or remove the file")
     paths = list(paths)
@@ -248,7 +250,9 @@ def fetch(
         else:
             path = Path(value).expanduser()
             if path.is_dir():
-                raise ModelNotFoundError(f"{path} is a directory; expected a file here (weights .hdf5 or options .json)")
+                raise ModelNotFoundError(
+                    f"{path} is a directory; expected a file here (weights .hdf5 or options .json)"
+                )
             if not path.is_file():
                 raise ModelNotFoundError(f"file not found: {path}")
             sources.append((None, path))

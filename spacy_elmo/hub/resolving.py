@@ -71,7 +71,11 @@ def resolve(
         if key in SHIPPED_NAMES or key in PUBLISHED_MODELS:
             if options is not None:
                 raise ValueError(f"the model name {weights!r} comes with its options; leave options out")
-            return shipped_model() if key in SHIPPED_NAMES else download(key, check=check, check_options=check_options, progress=progress)
+            return (
+                shipped_model()
+                if key in SHIPPED_NAMES
+                else download(key, check=check, check_options=check_options, progress=progress)
+            )
     path = Path(weights).expanduser()
     if path.is_dir():
         if options is not None:

@@ -101,7 +101,8 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3
     """Per-Doc layers (L+1, n_tokens, dim).
 
     Prediction: :func:`~spacy_elmo.bilm.batching.iter_batches` (inference
-    mode, the word-type cache), streamed into the Docs' arrays (:func:`_predict_streaming`). Training: the shim's ``begin_update`` on each batch of sentences
+    mode, the word-type cache), streamed into the Docs' arrays
+    (:func:`_predict_streaming`). Training: the shim's ``begin_update`` on each batch of sentences
     (the same length-sorted batches, :func:`~spacy_elmo.bilm.batching.map_batches`,
     and the same batch runner); the backprop routes the Docs' gradients to
     the batches' outputs and calls the shim's backprop of each batch."""

@@ -13,4 +13,15 @@ from .reading import read_corpus
 from .trainer import pretrain
 from .vocab import Vocab
 
-__all__ = ["Corpus", "CorpusStats", "PretrainConfig", "PretrainError", "PretrainModel", "Vocab", "export", "load_checkpoint", "pretrain", "read_corpus"]
+__all__ = [
+    "Corpus",
+    "CorpusStats",
+    "PretrainConfig",
+    "PretrainError",
+    "PretrainModel",
+    "Vocab",
+    "export",
+    "load_checkpoint",
+    "pretrain",
+    "read_corpus",
+]

@@ -60,7 +60,9 @@ class LMHead(nn.Module):
         self.softmax = nn.AdaptiveLogSoftmaxWithLoss(input_dim, vocab_size, cutoffs, div_value=div_value)
 
     @staticmethod
-    def split_directions(top: torch.Tensor, targets: torch.Tensor) -> Tuple[Tuple[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]:
+    def split_directions(
+        top: torch.Tensor, targets: torch.Tensor
+    ) -> Tuple[Tuple[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]:
         """Pair outputs with the words they predict.
 
         ``top``: the biLM's top layer (B, T, 2P), boundaries included;

@@ -141,7 +141,9 @@ def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torc
     if checkpoint is not None:
         check_resume_options(checkpoint, options)
     check_output(out, info)
-    resume_check = (lambda vocab, fingerprint: check_resume_data(checkpoint, vocab, fingerprint)) if checkpoint else None
+    resume_check = (
+        (lambda vocab, fingerprint: check_resume_data(checkpoint, vocab, fingerprint)) if checkpoint else None
+    )
     data = prepare_data(config, out, options.max_characters_per_token, info, check=resume_check)
     options.extra["n_tokens_vocab"] = len(data.vocab)
     run = _Run(config, options, data, info, device, checkpoint)
@@ -254,11 +256,18 @@ class _Run:
         data.vocab.to_file(out / "vocab.txt")
         self.options.to_file(out / "options.json")
         self.log.write(
-            event="resume" if self.resumed else "start", step=self.step, world_size=self.info.world_size,
+            event="resume" if self.resumed else "start",
+            step=self.step,
+            world_size=self.info.world_size,
             **({"checkpoint": self.resumed_from} if self.resumed else {}),
-            corpus=data.corpus.stats.to_dict(), train_windows=int(len(data.train_idx)), dev_windows=int(len(data.dev_idx)),
-            vocab_size=len(data.vocab), cutoffs=self.model.head.cutoffs, parameters=sum(p.numel() for p in self.model.parameters()),
-            steps_per_epoch=data.steps_per_epoch, unigram_dev_ppl=data.unigram_ppl,
+            corpus=data.corpus.stats.to_dict(),
+            train_windows=int(len(data.train_idx)),
+            dev_windows=int(len(data.dev_idx)),
+            vocab_size=len(data.vocab),
+            cutoffs=self.model.head.cutoffs,
+            parameters=sum(p.numel() for p in self.model.parameters()),
+            steps_per_epoch=data.steps_per_epoch,
+            unigram_dev_ppl=data.unigram_ppl,
         )
         logger.info("corpus: %s", data.corpus.stats.summary())
 
@@ -282,7 +291,9 @@ class _Run:
         epoch, k = divmod(step, self.data.steps_per_epoch)
         if epoch != self._epoch:
             self._epoch = epoch
-            self._epoch_batches = epoch_batches(self.data.train_lengths, self.config.batch_size, self.config.seed, epoch)
+            self._epoch_batches = epoch_batches(
+                self.data.train_lengths, self.config.batch_size, self.config.seed, epoch
+            )
         return self.data.train_idx[self._epoch_batches[k * self.info.world_size + self.info.rank]]
 
     def train_step(self, windows: numpy.ndarray):
@@ -358,8 +369,15 @@ class _Run:
                     if self.step % config.checkpoint_every == 0 and self.step < config.max_steps:
                         self.save("every")
                     if callback is not None:
-                        callback(self.step, {"loss": float(loss.detach()), "model": self.model, "windows": windows.tolist(),
-                                             "config": config})
+                        callback(
+                            self.step,
+                            {
+                                "loss": float(loss.detach()),
+                                "model": self.model,
+                                "windows": windows.tolist(),
+                                "config": config,
+                            },
+                        )
                     late = deadline is not None and time.monotonic() >= deadline
                     if D.any_flag(info, stop.requested or late, self.device):
                         return True
@@ -388,7 +406,13 @@ class _Run:
         last_eval = self.evaluate()
         self.save("end")
         out, unigram_ppl = self.out, self.data.unigram_ppl
-        summary = {"step": self.step, "stopped": False, "output": str(out), "unigram_dev_ppl": unigram_ppl, "dev": last_eval}
+        summary = {
+            "step": self.step,
+            "stopped": False,
+            "output": str(out),
+            "unigram_dev_ppl": unigram_ppl,
+            "dev": last_eval,
+        }
         if self.info.is_main:
             export(out, out / "export")
             self.log.write(event="end", step=self.step, dev=last_eval, unigram_dev_ppl=unigram_ppl)

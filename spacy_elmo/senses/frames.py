@@ -66,7 +66,9 @@ def read_bounded(path: Union[str, Path]) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
-        raise SenseDataError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}): save the set as UTF-8") from None
+        raise SenseDataError(
+            f"{path}: not UTF-8 text ({err.reason} at byte {err.start}): save the set as UTF-8"
+        ) from None
 
 
 def parse_frames(text: str, source: str = "<frames>") -> List[Dict]:
@@ -125,7 +127,8 @@ def _expand(line: str, word: str, where: str) -> List[Tuple[List[str], List[int]
             a, b = (part.split() for part in piece[1:-1].split("|"))
             if len(a) != len(b) or not a:
                 raise SenseDataError(
-                    f"{where}: the fillings of {piece} must have the same number of tokens (>= 1), found {len(a)} and {len(b)}"
+                    f"{where}: the fillings of {piece} must have the same number of tokens (>= 1), found {len(a)} and "
+                    f"{len(b)}"
                 )
             cues.extend(position + i for i, (x, y) in enumerate(zip(a, b)) if x != y)
             sides[0].extend(a)

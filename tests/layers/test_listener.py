@@ -337,7 +337,10 @@ def test_spacy_train_example_config(tmp_path):
     random_model(0).to_hdf5(weights, options)
     nlp = spacy.blank("en")
     data = [
-        ("I like London and Berlin", {"tags": ["N", "V", "N", "C", "N"], "entities": [(7, 13, "LOC"), (18, 24, "LOC")]}),
+        (
+            "I like London and Berlin",
+            {"tags": ["N", "V", "N", "C", "N"], "entities": [(7, 13, "LOC"), (18, 24, "LOC")]},
+        ),
         ("Shaka Khan sings", {"tags": ["N", "N", "V"], "entities": [(0, 10, "PERSON")]}),
     ]
     _write_docbin(nlp, data, tmp_path / "train.spacy")

@@ -360,8 +360,15 @@ def test_cli_pretrain_and_export(tmp_path):
     assert "held-out perplexity" in result.output
     result = runner.invoke(app, ["export", str(tmp_path / "run"), str(tmp_path / "exp")])
     assert result.exit_code == 0, result.output
-    assert {p.name for p in (tmp_path / "exp").iterdir()} == {"weights.hdf5", "options.json", "vocab.txt", "softmax.hdf5"}
-    result = runner.invoke(app, ["pretrain", str(tmp_path / "nothing.txt"), "--output", str(tmp_path / "r2"), "--shape", "small"])
+    assert {p.name for p in (tmp_path / "exp").iterdir()} == {
+        "weights.hdf5",
+        "options.json",
+        "vocab.txt",
+        "softmax.hdf5",
+    }
+    result = runner.invoke(
+        app, ["pretrain", str(tmp_path / "nothing.txt"), "--output", str(tmp_path / "r2"), "--shape", "small"]
+    )
     assert result.exit_code == 2 and "corpus path not found" in result.output
 
 
@@ -400,13 +407,44 @@ def test_torchrun_two_processes_from_the_command_line(tmp_path):
     corpus = write_corpus(tmp_path, 400)
     options = tmp_path / "options.json"
     options.write_text(json.dumps(small_options()), encoding="utf-8")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(spacy_elmo.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(Path(spacy_elmo.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
+    )
     env["OMP_NUM_THREADS"] = "1"
     result = _torchrun(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "spacy_elmo", "pretrain",
-         str(corpus), "-o", str(tmp_path / "run"), "--options", str(options), "--max-steps", "60", "--batch-size", "8",
-         "--dev-fraction", "0.1", "--eval-every", "30", "--log-every", "10", "--lr", "0.01", "--threads", "1", "--no-progress"],
-        env, timeout=240,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "spacy_elmo",
+            "pretrain",
+            str(corpus),
+            "-o",
+            str(tmp_path / "run"),
+            "--options",
+            str(options),
+            "--max-steps",
+            "60",
+            "--batch-size",
+            "8",
+            "--dev-fraction",
+            "0.1",
+            "--eval-every",
+            "30",
+            "--log-every",
+            "10",
+            "--lr",
+            "0.01",
+            "--threads",
+            "1",
+            "--no-progress",
+        ],
+        env,
+        timeout=240,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("held-out perplexity") == 1  # rank 0 only
@@ -466,7 +504,9 @@ def test_pipeline_export_without_the_spacy_integration_is_a_clear_error(tmp_path
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_cuda_mixed_precision_training_learns(tmp_path, precision):
     corpus = write_corpus(tmp_path, 300)
-    config = tiny_config(tmp_path, corpus, device="cuda", precision=precision, max_steps=150, lr=0.01, dropout=0.0, checkpoint_every=50)
+    config = tiny_config(
+        tmp_path, corpus, device="cuda", precision=precision, max_steps=150, lr=0.01, dropout=0.0, checkpoint_every=50
+    )
     summary = pretrain(config, progress=False)
     assert summary["dev"]["dev_ppl"] < 0.5 * summary["unigram_dev_ppl"], summary
 

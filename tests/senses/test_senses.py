@@ -55,7 +55,12 @@ class NextWordStub:
         out = []
         for s in sentences:
             own = numpy.stack([word_vector(t) for t in s])
-            nxt = numpy.stack([word_vector(s[i + 1]) + 0.3 * word_vector(s[i + 2]) if i + 2 < len(s) else word_vector("</S>") for i in range(len(s))])
+            nxt = numpy.stack(
+                [
+                    word_vector(s[i + 1]) + 0.3 * word_vector(s[i + 2]) if i + 2 < len(s) else word_vector("</S>")
+                    for i in range(len(s))
+                ]
+            )
             out.append(numpy.stack([own, nxt]).astype(numpy.float32))
         return out
 
@@ -130,7 +135,9 @@ def test_frames_format_and_its_errors(tmp_path):
         parse_frames(text)
     path = tmp_path / "set.jsonl"
     path.write_text('{"word": "bank", "tokens": ["bank"]}\n', encoding="utf-8")
-    with pytest.raises(SenseDataError, match="set.jsonl:1: the item lacks sense, index: each line needs word, sense, tokens and index"):
+    with pytest.raises(
+        SenseDataError, match="set.jsonl:1: the item lacks sense, index: each line needs word, sense, tokens and index"
+    ):
         load_senses(path)
 
 
@@ -263,7 +270,9 @@ def test_cli_model_loader_takes_what_embed_takes(monkeypatch, parity_paths, tmp_
     from spacy_elmo import hub
 
     def load_bilm(weights=None, options=None):
-        return load_model(None if weights is None else str(weights), None if options is None else str(options), progress=False)
+        return load_model(
+            None if weights is None else str(weights), None if options is None else str(options), progress=False
+        )
 
     assert isinstance(load_bilm(parity_paths[0]), BiLM)  # options.json beside the weights
     assert isinstance(load_bilm(parity_paths[0].parent), BiLM)  # a model directory
@@ -280,11 +289,17 @@ def test_cli_model_loader_takes_what_embed_takes(monkeypatch, parity_paths, tmp_
 
 def test_cli(tmp_path, parity_paths, monkeypatch):
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text("She opened an account at the bank .\nNo use here .\nWe sat on the bank of the river .\n", encoding="utf-8")
+    corpus.write_text(
+        "She opened an account at the bank .\nNo use here .\nWe sat on the bank of the river .\n", encoding="utf-8"
+    )
     # Whitespace tokens here: spacy.blank loads every installed spaCy plugin, slow in a test.
     weights = ["--model", str(parity_paths[0]), "--options", str(parity_paths[1]), "--whitespace"]
     runner = CliRunner()
-    result = runner.invoke(app, ["neighbours", "We sat on the bank of the river .", "--word", "bank", "--corpus", str(corpus), "--layer", "1"] + weights)
+    result = runner.invoke(
+        app,
+        ["neighbours", "We sat on the bank of the river .", "--word", "bank", "--corpus", str(corpus), "--layer", "1"]
+        + weights,
+    )
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert "[bank]" in lines[0] and "2 corpus sentences" in lines[0]

@@ -88,7 +88,9 @@ def load(path: PathLike, **kwargs) -> "BiLM":
     (``kwargs`` go to the BiLM: ``stateful``, ``token_cache_size``, ...)."""
     folder = Path(path)
     if not folder.is_dir():
-        raise EfmlFormatError(f"{folder} is not a directory (an ELMoForManyLangs model is a directory of {', '.join(FILES)})")
+        raise EfmlFormatError(
+            f"{folder} is not a directory (an ELMoForManyLangs model is a directory of {', '.join(FILES)})"
+        )
     config = read_json(folder / "config.json")
     token_embedder = load_state_dict(folder / "token_embedder.pkl")
     encoder = load_state_dict(folder / "encoder.pkl")
@@ -256,7 +258,11 @@ def from_fields(options: BiLMOptions, msg: Dict[str, Any], where: str, **kwargs)
             tables[name] = None
             continue
         if not isinstance(entries, list) or not all(
-            isinstance(e, (list, tuple)) and len(e) == 2 and isinstance(e[0], str) and isinstance(e[1], int) and not isinstance(e[1], bool)
+            isinstance(e, (list, tuple))
+            and len(e) == 2
+            and isinstance(e[0], str)
+            and isinstance(e[1], int)
+            and not isinstance(e[1], bool)
             for e in entries
         ):
             raise EfmlFormatError(f"{where}: vocabulary.{name} must be a list of [token, id] pairs")
