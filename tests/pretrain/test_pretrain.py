@@ -372,6 +372,27 @@ def test_cli_pretrain_and_export(tmp_path):
     assert result.exit_code == 2 and "corpus path not found" in result.output
 
 
+def test_cli_time_limit_stops_cleanly_and_resume_finishes(tmp_path):
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    corpus = write_corpus(tmp_path, 60)
+    options = tmp_path / "options.json"
+    options.write_text(json.dumps(small_options()), encoding="utf-8")
+    args = ["pretrain", str(corpus), "--output", str(tmp_path / "run"), "--options", str(options),
+            "--max-steps", "3", "--batch-size", "8", "--dev-fraction", "0.1", "--no-progress", "--threads", "1"]
+    runner = CliRunner()
+    stopped = runner.invoke(app, [*args, "--time-limit", "0"])
+    assert stopped.exit_code == 0, stopped.output
+    assert "stopped at step 1" in stopped.output and "--resume" in stopped.output
+    finished = runner.invoke(app, [*args, "--resume", "--time-limit", "60"])
+    assert finished.exit_code == 0, finished.output
+    assert "step 3: held-out perplexity" in finished.output
+    refused = runner.invoke(app, [*args, "--resume", "--time-limit", "-1"])
+    assert refused.exit_code == 2 and "--time-limit" in refused.output
+
+
 def _stop_torchrun(proc):
     """SIGTERM to the agent, which stops its workers (they run in sessions
     of their own: SIGKILL to the agent, as subprocess's timeout sends,
