@@ -81,7 +81,7 @@ def main(
         correct = sum(p == g for ps, gs in zip(predicted[precision], gold) for p, g in zip(ps, gs))
         typer.echo(
             f"{precision}: tag accuracy {correct / n_tokens:.4f} on {n_tokens} tokens, {n_tokens / seconds:.0f} "
-            f"tokens/s"
+            "tokens/s"
         )
     for precision in fast:
         changed = sum(a != b for xs, ys in zip(predicted["fp32"], predicted[precision]) for a, b in zip(xs, ys))

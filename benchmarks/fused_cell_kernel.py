@@ -166,7 +166,7 @@ def main(
             seconds = _best_seconds(lambda: fn(gates.clone(), c2.clone(), 6.0), repeats, calls=200)
             typer.echo(
                 f"one step's cell (2 x {batch_size} x {cell_dim}), {name:>14}: {seconds * 1e6:7.1f} us (with two "
-                f"copies)"
+                "copies)"
             )
 
     model = BiLM(options).eval()

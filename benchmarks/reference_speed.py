@@ -131,7 +131,7 @@ def run_shape(
     if not diff <= tolerance:
         raise SystemExit(
             f"{name}: outputs differ from the reference by {diff:.2e} > {tolerance:g}; timings would compare "
-            f"different things"
+            "different things"
         )
 
     def reference_pass():

@@ -28,9 +28,13 @@ MAX_TAR_BYTES = 64 << 20
 
 def extract_index(deb: Path) -> bytes:
     """index.sense from the .deb's file tree (``dpkg-deb --fsys-tarfile``), bounded."""
-    proc = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, timeout=common.CLIENT_TIMEOUT_S)
+    proc = subprocess.run(
+        ["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, timeout=common.CLIENT_TIMEOUT_S
+    )
     if proc.returncode != 0:
-        raise common.FetchError(f"`dpkg-deb --fsys-tarfile {deb}` failed:\n{proc.stderr.decode(errors='replace')[-2000:]}")
+        raise common.FetchError(
+            f"`dpkg-deb --fsys-tarfile {deb}` failed:\n{proc.stderr.decode(errors='replace')[-2000:]}"
+        )
     if len(proc.stdout) > MAX_TAR_BYTES:
         raise common.FetchError(f"{deb}: its file tree is {len(proc.stdout)} bytes, more than {MAX_TAR_BYTES}")
     with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
@@ -55,7 +59,9 @@ def main(
         )
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_bytes(data)
-    typer.echo(f"{output}: WordNet 3.0 index.sense from {PACKAGE} {deb.version} ({len(data)} bytes, sha256 {digest[:12]}…)")
+    typer.echo(
+        f"{output}: WordNet 3.0 index.sense from {PACKAGE} {deb.version} ({len(data)} bytes, sha256 {digest[:12]}…)"
+    )
 
 
 if __name__ == "__main__":

@@ -4,9 +4,9 @@ import hashlib
 import shutil
 import subprocess
 
+import fetch_sense_index
 import pytest
 
-import fetch_sense_index
 import common
 
 pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb (a Debian machine)")

@@ -280,7 +280,7 @@ def from_fields(options: BiLMOptions, msg: Dict[str, Any], where: str, **kwargs)
                     if not hasattr(data, "shape") or key not in expected or tuple(data.shape) != expected[key]:
                         raise EfmlFormatError(
                             f"{where}: {group}/{key} is not one of the {len(expected)} tensors the options call for "
-                            f"(or has another shape)"
+                            "(or has another shape)"
                         )
                     if data.dtype.kind != "f":
                         raise EfmlFormatError(f"{where}: {group}/{key} holds {data.dtype} values, expected float32")

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
-from spacy_elmo.senses import wsd
 from spacy_elmo.cli import app
+from spacy_elmo.senses import wsd
 
 # A tiny index.sense: bank's river sense is WordNet's first here, money the second.
 INDEX = """\
@@ -137,7 +137,12 @@ def test_exact_f1_by_construction(files):
     assert ["He", "picked", "up", "the", "box", "."] in stub.seen
     assert ["She", "picked", "up", "her", "sister", "."] in stub.seen
     assert report.centroids.keys == sorted({MONEY, RIVER, LIFT, COLLECT})
-    assert dict(zip(report.centroids.keys, report.centroids.counts.tolist())) == {MONEY: 2, RIVER: 1, LIFT: 1, COLLECT: 2}
+    assert dict(zip(report.centroids.keys, report.centroids.counts.tolist())) == {
+        MONEY: 2,
+        RIVER: 1,
+        LIFT: 1,
+        COLLECT: 2,
+    }
 
 
 def test_multiword_vector_is_the_mean_of_its_parts(files):
@@ -165,7 +170,9 @@ def test_real_bilm_layer0_ties_go_to_the_first_sense(files, parity_paths, tmp_pa
     assert sorted(report.random) == [0, 1] and all(list(r) == [0, 1, 2, "mean"] for r in report.random.values())
     # The random rows are the protocol run on random_twin(bilm, seed) itself.
     twin = wsd.run(wsd.random_twin(bilm, 1), [wsd.read_set(train)], [wsd.read_set(test)], wsd.read_sense_index(index))
-    assert {k: v["tiny07"] for k, v in twin.model["layers"].items()} == {k: v["tiny07"] for k, v in report.random[1].items()}
+    assert {k: v["tiny07"] for k, v in twin.model["layers"].items()} == {
+        k: v["tiny07"] for k, v in report.random[1].items()
+    }
     # Same model, same data: the second run reads every centroid from the cache, same figures.
     again = wsd.run(bilm, [wsd.read_set(train)], [wsd.read_set(test)], wsd.read_sense_index(index),
                     random_seeds=(0, 1), cache_dir=tmp_path / "cache")
@@ -190,7 +197,11 @@ def test_cache_is_keyed_by_the_data_and_rejects_a_stale_file(files, tmp_path):
     first, cached = wsd.centroids_for(stub, [wsd.read_set(train)], tmp_path / "c")
     assert not cached
     # Other training data (one token changed): another key, embedded again.
-    other = write_set(tmp_path, "other", TRAIN[:-1] + [[("They",), ("picked_up", "pick_up", "VERB", COLLECT), ("her",), ("aunt",), (".",)]])
+    other = write_set(
+        tmp_path,
+        "other",
+        TRAIN[:-1] + [[("They",), ("picked_up", "pick_up", "VERB", COLLECT), ("her",), ("aunt",), (".",)]],
+    )
     _, cached = wsd.centroids_for(stub, [wsd.read_set(other)], tmp_path / "c")
     assert not cached and len(list((tmp_path / "c").glob("*.npz"))) == 2
     # A cache file of the right name whose contents do not match is recomputed and replaced.
@@ -240,8 +251,24 @@ def test_command(files, parity_paths, tmp_path):
     train, test, index = files
     runner = CliRunner()
     out = tmp_path / "wsd.json"
-    args = ["wsd", "--train", str(train), "--test", str(test), "--sense-index", str(index), "--model", str(parity_paths[0]),
-            "--random-seeds", "2", "--cache", str(tmp_path / "cache"), "--json", str(out), "--no-progress"]
+    args = [
+        "wsd",
+        "--train",
+        str(train),
+        "--test",
+        str(test),
+        "--sense-index",
+        str(index),
+        "--model",
+        str(parity_paths[0]),
+        "--random-seeds",
+        "2",
+        "--cache",
+        str(tmp_path / "cache"),
+        "--json",
+        str(out),
+        "--no-progress",
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
@@ -268,10 +295,23 @@ def test_command(files, parity_paths, tmp_path):
 def test_command_errors(files, parity_paths, tmp_path):
     train, test, index = files
     runner = CliRunner()
-    base = ["wsd", "--train", str(train), "--test", str(test), "--model", str(parity_paths[0]), "--random-seeds", "0", "--no-cache"]
+    base = [
+        "wsd",
+        "--train",
+        str(train),
+        "--test",
+        str(test),
+        "--model",
+        str(parity_paths[0]),
+        "--random-seeds",
+        "0",
+        "--no-cache",
+    ]
     result = runner.invoke(app, base + ["--sense-index", str(tmp_path / "missing.sense")])
     assert result.exit_code == 2 and "--sense-index" in result.stderr and "missing.sense" in result.stderr
-    result = runner.invoke(app, ["wsd", "--train", str(tmp_path / "nope"), "--test", str(test), "--sense-index", str(index)])
+    result = runner.invoke(
+        app, ["wsd", "--train", str(tmp_path / "nope"), "--test", str(test), "--sense-index", str(index)]
+    )
     assert result.exit_code == 2 and "--train" in result.stderr and "nope" in result.stderr
     result = runner.invoke(app, base + ["--test", str(test), "--sense-index", str(index)])
     assert result.exit_code == 2 and "two test sets named 'tiny07'" in result.stderr
@@ -316,20 +356,51 @@ def _broken(tmp_path, xml=None, keys=None):
     return data
 
 
-@pytest.mark.parametrize("xml, keys, message", [
-    (lambda t: t.replace("</text>", "</txt>"), None, r"broken.data.xml:19: not well-formed XML \(mismatched tag, column 2\)"),
-    (lambda t: t.replace("</sentence>", "", 1), None, r"broken.data.xml:12: a <sentence> inside a <sentence>"),
-    (lambda t: t.replace("<corpus", '<!DOCTYPE c [<!ENTITY e "x">]>\n<corpus'), None, r"broken.data.xml:2: a DOCTYPE"),
-    (lambda t: t.replace('pos="NOUN"', 'pos="N"', 1), None, r"broken.data.xml:6: instance d000.s000.t001: pos 'N' is not one of"),
-    (lambda t: t.replace('lemma="bank" ', "", 1), None, r"broken.data.xml:6: an <instance> without lemma"),
-    (lambda t: t.replace("<wf>The</wf>", "<wf> </wf>", 1), None, r"broken.data.xml:5: an empty <wf>"),
-    (lambda t: t.replace("<wf>The</wf>", "<w>The</w>", 1), None, r"broken.data.xml:5: unexpected element <w>"),
-    (None, lambda k: k + "d009.s000.t001 bank%1:14:00::\n", r"broken.gold.key.txt:3: instance 'd009.s000.t001' is not in .*broken.data.xml"),
-    (None, lambda k: k.splitlines()[0] + "\n", r"broken.gold.key.txt: no sense for 1 of the 2 instances of .*broken.data.xml \(e.g. d000.s001.t001\)"),
-    (None, lambda k: k.replace("bank%1:14:00::", "money"), r"broken.gold.key.txt:2: 'money' is not a WordNet sense key"),
-    (None, lambda k: k + k.splitlines()[0] + "\n", r"broken.gold.key.txt:3: instance 'd000.s000.t001' has a second line"),
-    (None, lambda k: k + "d000.s000.t001\n", r"broken.gold.key.txt:3: a line reads 'INSTANCE_ID SENSE_KEY"),
-])
+@pytest.mark.parametrize(
+    "xml, keys, message",
+    [
+        (
+            lambda t: t.replace("</text>", "</txt>"),
+            None,
+            r"broken.data.xml:19: not well-formed XML \(mismatched tag, column 2\)",
+        ),
+        (lambda t: t.replace("</sentence>", "", 1), None, r"broken.data.xml:12: a <sentence> inside a <sentence>"),
+        (
+            lambda t: t.replace("<corpus", '<!DOCTYPE c [<!ENTITY e "x">]>\n<corpus'),
+            None,
+            r"broken.data.xml:2: a DOCTYPE",
+        ),
+        (
+            lambda t: t.replace('pos="NOUN"', 'pos="N"', 1),
+            None,
+            r"broken.data.xml:6: instance d000.s000.t001: pos 'N' is not one of",
+        ),
+        (lambda t: t.replace('lemma="bank" ', "", 1), None, r"broken.data.xml:6: an <instance> without lemma"),
+        (lambda t: t.replace("<wf>The</wf>", "<wf> </wf>", 1), None, r"broken.data.xml:5: an empty <wf>"),
+        (lambda t: t.replace("<wf>The</wf>", "<w>The</w>", 1), None, r"broken.data.xml:5: unexpected element <w>"),
+        (
+            None,
+            lambda k: k + "d009.s000.t001 bank%1:14:00::\n",
+            r"broken.gold.key.txt:3: instance 'd009.s000.t001' is not in .*broken.data.xml",
+        ),
+        (
+            None,
+            lambda k: k.splitlines()[0] + "\n",
+            r"broken.gold.key.txt: no sense for 1 of the 2 instances of .*broken.data.xml \(e.g. d000.s001.t001\)",
+        ),
+        (
+            None,
+            lambda k: k.replace("bank%1:14:00::", "money"),
+            r"broken.gold.key.txt:2: 'money' is not a WordNet sense key",
+        ),
+        (
+            None,
+            lambda k: k + k.splitlines()[0] + "\n",
+            r"broken.gold.key.txt:3: instance 'd000.s000.t001' has a second line",
+        ),
+        (None, lambda k: k + "d000.s000.t001\n", r"broken.gold.key.txt:3: a line reads 'INSTANCE_ID SENSE_KEY"),
+    ],
+)
 def test_data_errors_name_the_file(tmp_path, xml, keys, message):
     data = _broken(tmp_path, xml, keys)
     with pytest.raises(wsd.WSDDataError, match=message):
