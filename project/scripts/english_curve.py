@@ -1,5 +1,6 @@
 """The English biLM's learning curve on corpus v3: tokens read since the
-shipped v5 (in ``pretrain-english``, 80% of them from the new sources) against the registry held-out slice's perplexity, the new sources' held-out
+shipped v5 (in ``pretrain-english``, 80% of them from the new sources)
+against the registry held-out slice's perplexity, the new sources' held-out
 perplexity and SemEval-2007 F1 (best layer), every shipped version marked.
 
 ``measure EXPORT``: measures an exported biLM (``pretrain``'s ``export/``,
