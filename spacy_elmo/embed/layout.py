@@ -29,6 +29,7 @@ disk and renamed; the ``.npz`` is renamed last, so its presence is the
 chunk's completion record. Nothing is unpickled: both are read with
 ``allow_pickle=False``.
 """
+import errno
 import json
 import os
 import re
@@ -157,8 +158,10 @@ def encode_tokens(tokens: Sequence[Sequence[str]]) -> Tuple[numpy.ndarray, numpy
 
 
 class PieceWriter:
-    """The piece of one chunk: vectors written as batches come, published
-    by :meth:`finish`. ``identity``: the run's settings (JSON), kept with it."""
+    """The piece of one chunk: vectors written as batches come (plain
+    positioned writes, so a full disk is an ``OSError``, never a signal),
+    published by :meth:`finish`. ``identity``: the run's settings (JSON),
+    kept with it."""
 
     def __init__(self, work: Path, chunk: ChunkText, width: int, dim: int, dtype: numpy.dtype, identity: str) -> None:
         self.chunk = chunk
@@ -166,21 +169,35 @@ class PieceWriter:
         self.vectors_path, self.meta_path = piece_paths(work, chunk.index)
         self.offsets, self.ends, self.text = encode_tokens(chunk.tokens)
         self.partial = self.vectors_path.with_name(self.vectors_path.name + ".partial")
-        rows = int(self.offsets[-1])
-        self.vectors = numpy.lib.format.open_memmap(self.partial, mode="w+", dtype=dtype, shape=(rows, width, dim))
+        self.row_bytes = width * dim * dtype.itemsize
+        self.dtype = dtype
+        shape = (int(self.offsets[-1]), width, dim)
+        self.fd = os.open(self.partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            with os.fdopen(os.dup(self.fd), "wb") as header:
+                numpy.lib.format.write_array_header_1_0(header, {"descr": dtype.str, "fortran_order": False, "shape": shape})
+                self.data_start = header.tell()
+            reserve(self.fd, self.data_start, shape[0] * self.row_bytes)
+        except BaseException:
+            self.abort()
+            raise
 
     def write(self, sentence: int, kept: numpy.ndarray) -> None:
         """Sentence ``sentence`` of the chunk: (n, k, dim) as stored."""
-        start, end = self.offsets[sentence], self.offsets[sentence + 1]
-        if kept.shape[0] != end - start:
-            raise ValueError(f"chunk {self.chunk.index}, sentence {sentence}: {kept.shape[0]} vectors for {end - start} tokens")
-        self.vectors[start:end] = kept
+        start, end = int(self.offsets[sentence]), int(self.offsets[sentence + 1])
+        if kept.shape[0] != end - start or kept.dtype != self.dtype:
+            raise ValueError(f"chunk {self.chunk.index}, sentence {sentence}: {kept.shape[0]} {kept.dtype} vectors for {end - start} tokens")
+        data = numpy.ascontiguousarray(kept).tobytes()
+        position, done = self.data_start + start * self.row_bytes, 0
+        while done < len(data):
+            done += os.pwrite(self.fd, data[done:], position + done)
 
     def finish(self) -> None:
-        self.vectors.flush()
-        self.vectors = None  # unmapped
+        os.fsync(self.fd)
+        os.close(self.fd)
+        self.fd = -1
         publish(self.partial, self.vectors_path)
-        meta_partial = self.meta_path.with_name(self.meta_path.name + ".partial.npz")
+        meta_partial = self.meta_path.with_name(self.meta_path.name + ".partial")
         with open(meta_partial, "wb") as out:
             numpy.savez(
                 out,
@@ -195,8 +212,37 @@ class PieceWriter:
         publish(meta_partial, self.meta_path)
 
     def abort(self) -> None:
-        self.vectors = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
         self.partial.unlink(missing_ok=True)
+
+
+def reserve(fd: int, offset: int, nbytes: int) -> None:
+    """Allocate ``nbytes`` of disk at ``offset`` of the open file ``fd`` now,
+    so that a full disk shows here as an ``OSError`` (the file is sized
+    anyway where the filesystem cannot allocate ahead)."""
+    if nbytes and hasattr(os, "posix_fallocate"):
+        try:
+            os.posix_fallocate(fd, offset, nbytes)
+            return
+        except OSError as err:
+            if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+    os.ftruncate(fd, offset + nbytes)
+
+
+def check_space(folder: Path, nbytes: int) -> None:
+    """Raise the ``OSError`` of a full disk (or a file-size limit) now if
+    ``folder`` cannot take a file of ``nbytes``: a trial file is allocated
+    and removed."""
+    trial = folder / f".space-check.{os.getpid()}"
+    fd = os.open(trial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        reserve(fd, 0, nbytes)
+    finally:
+        os.close(fd)
+        trial.unlink(missing_ok=True)
 
 
 @dataclass
@@ -320,6 +366,7 @@ def assemble_shard(
     n_tokens = sum(p.tokens for p in pieces)
     n_text = sum(len(p.token_text) for p in pieces)
     partial = path.with_name(path.name + ".partial")
+    check_space(path.parent, sum(p.vectors.nbytes + len(p.token_text) + 16 * (p.tokens + p.sentences) for p in pieces) + (1 << 20))
     with h5py.File(partial, "w", libver="earliest") as out:
         for key, value in attrs.items():
             out.attrs[key] = value

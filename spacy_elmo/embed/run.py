@@ -279,7 +279,8 @@ def embed_corpus(
             )
     else:
         attrs = shard_attributes(identity, model, choice, dim, (world.rank, world.size), input_info, _counts(targets.work, owned, choice.width, dim, dtype))
-        _write_out(lambda: assemble_shard(targets.shard, targets.work, owned, choice.width, dim, dtype, attrs), output)
+        # h5py reports some failed writes as RuntimeError
+        _write_out(lambda: assemble_shard(targets.shard, targets.work, owned, choice.width, dim, dtype, attrs), output, RuntimeError)
     for index in owned:
         remove_piece(targets.work, index)
     shard = _Shard(targets.shard)
@@ -355,15 +356,16 @@ def _embed_chunk(bilm, chunk: Chunk, tokenize: Tokenize, settings: EmbedSettings
     return len(writer.ends)
 
 
-def _write_out(step: Callable, output: Path):
+def _write_out(step: Callable, output: Path, *also: type):
     """``step()``; an operating-system error on the output (a full disk, a
-    lost permission) becomes one line that says nothing finished is lost."""
+    lost permission; or one of ``also``) becomes one line that says nothing
+    finished is lost."""
     try:
         return step()
-    except OSError as err:
-        reason = err.strerror or str(err)
+    except (OSError, *also) as err:
+        reason = getattr(err, "strerror", None) or str(err).splitlines()[0]
         raise EmbedError(
-            f"--output {output}: cannot write ({reason}{': ' + str(err.filename) if err.filename else ''}). "
+            f"--output {output}: cannot write ({reason}{': ' + str(err.filename) if getattr(err, 'filename', None) else ''}). "
             "The chunks already finished are kept: fix this (free space, permissions) and run the same command again to resume"
         ) from None
 
