@@ -81,6 +81,7 @@ def finish(proc):
     """Wait for ``proc``: (seconds since it was started is the caller's), its peak RSS in MiB."""
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.cpu_s = usage.ru_utime + usage.ru_stime
     out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
     if proc.returncode != 0:
         raise SystemExit(f"{proc.args}: exit {proc.returncode}\n{err[-2000:]}")
@@ -146,7 +147,9 @@ def part_access(tmp, sentences):
 
 def part_throughput(tmp, sentences, n=600, repeats=4):
     """One process of embed_corpus vs BiLM.embed_sentences, same sentences,
-    same batch size, one thread, interleaved A B B A A B, medians."""
+    same batch size, one thread, interleaved A B B A A B, medians. CPU time
+    of this process (one thread), which other jobs on a shared machine
+    disturb less than wall time; the writes' flushes to disk are not in it."""
     import torch
 
     from spacy_elmo import load_bilm
@@ -163,17 +166,17 @@ def part_throughput(tmp, sentences, n=600, repeats=4):
 
     def run_theirs(r):
         bilm.clear_caches()  # each run starts with a cold word-type cache
-        start = time.perf_counter()
+        start = time.process_time()
         bilm.embed_sentences(tokens, batch_size=64)
-        theirs.append(time.perf_counter() - start)
+        theirs.append(time.process_time() - start)
 
     def run_ours(r):
         out = tmp / f"tp{r}.h5"
         bilm.clear_caches()
-        start = time.perf_counter()
+        start = time.process_time()
         embed_corpus(bilm, text, out, model=identity, tokenize=lambda lines: (x.split() for x in lines),
                      tokenization="whitespace", settings=EmbedSettings(batch_size=64))
-        ours.append(time.perf_counter() - start)
+        ours.append(time.process_time() - start)
         out.unlink()
 
     for r in range(repeats):  # A B, B A, A B, ...
@@ -184,26 +187,35 @@ def part_throughput(tmp, sentences, n=600, repeats=4):
            ratio=round(b / a, 3), pairs=[round(y / x, 3) for x, y in zip(ours, theirs)])
 
 
-def part_scaling(tmp, sentences, n=1200, repeats=2):
+def part_scaling(tmp, sentences, n=4000, repeats=2):
     """Two processes (--shard 0/2, 1/2, one thread each) vs one, whole
-    commands (model loading included), interleaved, medians. Chunks of 16 KiB,
-    so that both shards have work."""
+    commands, interleaved, medians; and the same less the start-up of a
+    process (imports, model loading: a run on a one-line input), which two
+    processes pay side by side. Chunks of 16 KiB, so both shards have work."""
     text = write_lines(tmp / "sc.txt", sentences, n)
-    common = ["-i", text, "--threads", "1", "--chunk-kb", "16"]
-    ones, twos = [], []
+    common = ["--threads", "1", "--chunk-kb", "16"]
+    start = time.perf_counter()
+    cli(*common, "-i", write_lines(tmp / "one-line.txt", sentences, 1), "-o", tmp / "startup.h5")
+    startup = time.perf_counter() - start
+    ones, twos, cpu_one, cpu_two = [], [], [], []
     for r in range(repeats):
         start = time.perf_counter()
-        cli(*common, "-o", f"{tmp / f'one{r}'}/")
+        proc = cli(*common, "-i", text, "-o", f"{tmp / f'one{r}'}/", wait=False)
+        finish(proc)
         ones.append(time.perf_counter() - start)
+        cpu_one.append(proc.cpu_s)
         start = time.perf_counter()
-        procs = [cli(*common, "-o", tmp / f"two{r}", "--shard", f"{i}/2", wait=False) for i in range(2)]
+        procs = [cli(*common, "-i", text, "-o", tmp / f"two{r}", "--shard", f"{i}/2", wait=False) for i in range(2)]
         for proc in procs:
             finish(proc)
         twos.append(time.perf_counter() - start)
+        cpu_two.append([round(p.cpu_s, 1) for p in procs])
     same = _manifest_sentences_equal(tmp / "one0", tmp / "two0")
     one, two = statistics.median(ones), statistics.median(twos)
     report(part="scaling", sentences=n, one_process_s=[round(x, 1) for x in ones], two_processes_s=[round(x, 1) for x in twos],
-           speedup=round(one / two, 3), same_vectors=same, load_average=[round(x, 2) for x in os.getloadavg()])
+           speedup=round(one / two, 3), startup_s=round(startup, 1), speedup_after_startup=round((one - startup) / (two - startup), 3),
+           cpu_one_process_s=[round(x, 1) for x in cpu_one], cpu_two_processes_s=cpu_two,
+           same_vectors=same, load_average=[round(x, 2) for x in os.getloadavg()])
 
 
 def _manifest_sentences_equal(a, b):
