@@ -39,7 +39,7 @@ def main(
     base = list(splitter.pipe(read_lines(text, docs)))
     n_words = sum(len(doc) for doc in base)
     bilm = load_bilm(None, None).eval()
-    getter = spacy_elmo.architectures.configure_sent_or_strided_spans()
+    getter = spacy_elmo.component.registrations.configure_sent_or_strided_spans()
     runs = {"bilm (one call)": lambda ds: bilm.embed_sentences(span_plan(getter, ds)[0], batch_size=64)}
     for tokens in buffer:
         nlp = spacy.blank("en")

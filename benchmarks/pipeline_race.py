@@ -123,7 +123,7 @@ def build_paths(minilm: Optional[Path], names: List[str], elmo_threads: Optional
     model_cfg = {} if elmo_threads is None else {"model": {"threads": int(elmo_threads) if elmo_threads.isdigit() else elmo_threads}}
     if "bilm" in names:
         bilm = load_bilm(model, options).eval()
-        getter = spacy_elmo.architectures.configure_sent_or_strided_spans()
+        getter = spacy_elmo.component.registrations.configure_sent_or_strided_spans()
 
         def run_bilm(docs):
             texts = span_plan(getter, docs)[0]

@@ -44,7 +44,7 @@ def main() -> None:
         "about": "Word-sense accuracy of a biLM and of random-weights biLMs of its shape (seeds 0..N-1), "
         "leave-one-frame-out, from `python benchmarks/senses_baseline.py --seeds N --json FILE`; "
         "for the shipped model rewrite tests/fixtures/senses_shipped.json this way whenever its weights change.",
-        "data": "the packaged set (spacy_elmo/resources/senses_en.txt)" if args.data is None else Path(args.data).name,
+        "data": "the packaged set (spacy_elmo/senses/senses_en.txt)" if args.data is None else Path(args.data).name,
     }
     if args.model is None:
         weights = (hub.SHIPPED_MODEL_DIR / "weights.hdf5").read_bytes()

@@ -14,11 +14,11 @@ from .loading import load_bilm  # noqa: E402
 BiLM.pretrained_loader = load_bilm
 
 _SPACY_NAMES = {
-    "add_elmo": "pipeline",
+    "add_elmo": "component.elmo",
     "mix_weights": "layers.scalar_mix",
-    "Elmo": "pipeline",
-    "ElmoData": "data",
-    "SavedPipelineError": "saved_pipeline",
+    "Elmo": "component.elmo",
+    "ElmoData": "component.doc_data",
+    "SavedPipelineError": "component.saved_pipeline",
 }
 
 __all__ = ["BiLM", "BiLMOptions", "OptionsError", "WeightFileError", "__version__", "load_bilm", *_SPACY_NAMES]

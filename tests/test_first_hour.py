@@ -151,10 +151,10 @@ def test_wheel_has_licence_and_entry_points(tmp_path):
     assert licence.startswith("MIT License") and "License-Expression: MIT" in metadata
     assert "Requires-Python: >=3.10" in metadata
     assert "spacy-elmo = spacy_elmo.__main__:main" in entry_points
-    assert "elmo = spacy_elmo.pipeline:make_elmo" in entry_points
+    assert "elmo = spacy_elmo.component.elmo:make_elmo" in entry_points
     assert "spacy_elmo.ElmoTok2Vec.v1" in entry_points and "[spacy_span_getters]" in entry_points
     assert "spacy_elmo/models/english/weights.hdf5" in names
-    assert "spacy_elmo/resources/senses_en.txt" in names
+    assert "spacy_elmo/senses/senses_en.txt" in names
 
 
 def test_project_logger_needs_no_code(tmp_path):

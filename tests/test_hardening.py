@@ -19,8 +19,8 @@ from spacy.tokens import DocBin
 from tests.helpers.models import random_model, rewrite_saved_bilm
 
 from spacy_elmo import WeightFileError, add_elmo
-from spacy_elmo.data import ElmoDataError
-from spacy_elmo.saved_pipeline import MAX_MODEL_BYTES, SavedPipelineError
+from spacy_elmo.component.doc_data import ElmoDataError
+from spacy_elmo.component.saved_pipeline import MAX_MODEL_BYTES, SavedPipelineError
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +157,7 @@ def elmo_nlp(saved):
 
 def _docbin_with(nlp, edit):
     """A DocBin of one 6-token Doc whose Doc._.elmo payload map is edited."""
-    import spacy_elmo.data as data_module
+    import spacy_elmo.component.doc_data as data_module
 
     doc = nlp("one two three four five six")
     original = data_module.ElmoData.to_dict

@@ -262,7 +262,7 @@ def test_every_weights_route_goes_through_load_weights(monkeypatch, parity_paths
     [initialize.components.elmo] all load through Elmo.load_weights, and
     give the same biLM."""
     from spacy_elmo import BiLM
-    from spacy_elmo.pipeline import Elmo
+    from spacy_elmo.component.elmo import Elmo
 
     real = Elmo.load_weights
     calls = []

@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
 from spacy_elmo.cli.inputs import load_model
-from spacy_elmo.sense_frames import SenseDataError, parse_frames, stem_clashes
-from spacy_elmo.senses import DATA, load_senses, nearest_centroid, nearest_uses, one_nn, random_like, sense_eval
-from spacy_elmo.senses_command import format_table
+from spacy_elmo.senses.frames import SenseDataError, parse_frames, stem_clashes
+from spacy_elmo.senses.word_senses import DATA, load_senses, nearest_centroid, nearest_uses, one_nn, random_like, sense_eval
+from spacy_elmo.senses.display import format_table
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +129,7 @@ def test_frames_format_and_its_errors(tmp_path):
 def test_sense_file_size_is_bounded(tmp_path, monkeypatch):
     path = tmp_path / "big.txt"
     path.write_text("# " + "x" * 100 + "\n", encoding="utf-8")
-    monkeypatch.setattr("spacy_elmo.sense_frames.MAX_BYTES", 50)
+    monkeypatch.setattr("spacy_elmo.senses.frames.MAX_BYTES", 50)
     with pytest.raises(SenseDataError, match="big.txt: 103 bytes is more than a sense set may have"):
         load_senses(path)
 

@@ -6,7 +6,7 @@ import pytest
 import spacy
 from spacy.tokens import Doc, DocBin
 
-from spacy_elmo import vector_hooks
+from spacy_elmo.component import vector_hooks
 
 from tests.helpers.paths import EXAMPLES
 

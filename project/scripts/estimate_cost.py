@@ -63,7 +63,7 @@ def batches(examples, words: int, n: int):
 
 def measure(config_path: Path, overrides: Dict[str, str], train: Path, dev: Path, n_batches: int,
             predict_words: int) -> Dict[str, float]:
-    import spacy_elmo.pipeline  # noqa: F401
+    import spacy_elmo.component.elmo  # noqa: F401
     from spacy.training import Corpus
     from spacy.training.initialize import init_nlp
     from spacy.util import load_config

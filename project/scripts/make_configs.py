@@ -297,7 +297,7 @@ def build(system: str, task: str) -> str:
 
 def write(system: str, task: str, output_dir: Path) -> Path:
     """Fill ``build(system, task)`` with spaCy's defaults into ``output_dir``."""
-    import spacy_elmo.pipeline  # noqa: F401
+    import spacy_elmo.component.elmo  # noqa: F401
     from spacy.cli.init_config import fill_config
     from thinc.api import Config
 

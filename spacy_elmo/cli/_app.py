@@ -22,7 +22,7 @@ import typer
 BAD_INPUT = 2
 DEBUG_ENV = "SPACY_ELMO_DEBUG"
 
-COMMANDS = "embed, download, neighbours, senses, pretrain, plot, export, perplexity"
+COMMANDS = "embed, download, neighbours, senses, pretrain, tokenise, plot, export, perplexity"
 
 app = typer.Typer(
     help=f"ELMo for spaCy. Commands: {COMMANDS}. Each takes --help.",

@@ -123,6 +123,29 @@ def pretrain(
 
 
 @command()
+def tokenise(
+    texts: List[Path] = typer.Argument(..., help="Text files or directories (one sentence or paragraph a line), read as `pretrain` reads them"),
+    output: Path = typer.Option(..., "--output", "-o", help="The slice to write (.npz)"),
+    lang: Lang = "en",
+    max_tokens: int = typer.Option(64, min=1, help="Window length in tokens; `pretrain` must use the same"),
+) -> None:
+    """Tokenise text once into a compact slice (.npz) that `pretrain` reads in place of the text.
+
+    A large corpus is tokenised slice by slice (each in its own process if you
+    like); a training run then starts in seconds, and slices of a few tens of
+    MiB are easy to copy to a GPU machine. The slice records LANG and
+    --max-tokens, and `pretrain` refuses a slice cut with other settings."""
+    from ..pretrain.corpus_cache import save_corpus
+    from ..pretrain.reading import read_corpus
+
+    if output.suffix != ".npz":
+        raise InputError(f"--output {output}: a slice is an .npz file; name it e.g. {output.with_suffix('.npz').name}")
+    corpus = read_corpus(texts, lang, max_tokens)
+    save_corpus(corpus, output, compressed=True, settings={"lang": lang, "max_tokens": max_tokens})
+    typer.echo(f"wrote {output}: {corpus.stats.summary()}")
+
+
+@command()
 def plot(
     output: Path = typer.Argument(..., help="A pretraining output directory (holds log.jsonl)"),
 ) -> None:
@@ -150,11 +173,9 @@ def export(
 
     With --nlp, also as a spaCy pipeline with an elmo component."""
     from ..pretrain import export as run_export
-    from ..pretrain import export_pipeline
+    from .export import export_bilm, export_pipeline, source_bilm
 
     if checkpoint is None and nlp is None and not (Path(output) / "checkpoints").is_dir():
-        from ..model_export import export_bilm, source_bilm
-
         written = export_bilm(source_bilm(str(output)), target)
         typer.echo(f"wrote {', '.join(p.name for p in written)} to {target}")
         return

@@ -34,7 +34,7 @@ def neighbours(
     The query and the corpus are tokenised alike (spaCy's tokenizer for
     LANG, or --whitespace); a use is a token equal to WORD, ignoring case."""
     from ..senses import nearest_uses, parse_layer, uses
-    from ..senses_command import mark
+    from ..senses.display import mark
 
     progress = show_progress(progress)
     model = pick(model, old_weights, "--model", "--weights")
@@ -83,7 +83,7 @@ def senses(
     another frame); items without frames are left out one by one. The
     dataset gives its tokens, so no tokenizer runs."""
     from ..senses import load_senses, random_like, sense_eval
-    from ..senses_command import format_table
+    from ..senses.display import format_table
 
     progress = show_progress(progress)
     model = pick(model, old_weights, "--model", "--weights")

@@ -1,11 +1,14 @@
-"""ELMo models by name, path or URL -> local files (see :mod:`.names`).
+"""ELMo models by name, path or URL -> local files (see :mod:`.resolving`).
 
 The hub knows names, URLs, the cache and the transport; it knows no weight
 format and imports nothing of the model: callers hand in the check a
 download must pass (:mod:`spacy_elmo.loading` gives the published format's).
+One stack, each module importing only those below it:
 
+- :mod:`.resolving`: :func:`resolve`, what a user writes as weights -> files;
+- :mod:`.families`: ``efml:``/``nlpl:`` names, zips, other families' directories;
 - :mod:`.names`: the shipped model, AllenNLP's published names, URLs and
-  cache paths, and :func:`resolve`;
+  the cache;
 - :mod:`.transport`: bounded, locked, atomic downloads;
 - :mod:`.help`: what the errors tell a user.
 """
@@ -29,10 +32,10 @@ from .names import (
     published_cache_paths,
     published_files,
     published_urls,
-    resolve,
     shipped_model,
     url_cache_path,
 )
+from .resolving import resolve
 from .transport import (
     DEADLINE_ENV,
     DEADLINE_S,

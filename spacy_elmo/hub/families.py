@@ -47,7 +47,7 @@ from pathlib import Path, PurePosixPath
 from typing import Optional, Tuple
 
 from .names import CACHE_ENV, ModelNotFoundError, cache_dir, check_cache, env_base_url, url_cache_path
-from .transport import Check, DownloadError, _cleanup, _download, _Failure, _locked, _make_dirs
+from .transport import Check, DownloadError, FetchFailure, cleanup, download_to_temp, locked, make_dirs
 
 #: ELMoForManyLangs languages in the order of their NLPL ids (136 onwards).
 EFML_LANGUAGES = (
@@ -148,7 +148,7 @@ def resolve_local_zip(path: Path, *, check: Optional[Check] = None) -> Tuple[Pat
     if dest.is_dir():
         return model_files(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(dest.parent / f".{dest.name}.lock", progress=False):
+    with locked(dest.parent / f".{dest.name}.lock", progress=False):
         if not dest.is_dir():
             _unpack_checked(path, dest, check)
     return model_files(dest)
@@ -161,23 +161,23 @@ def fetch_zip(url: str, dest: Path, *, check: Optional[Check], progress: bool, o
     check_cache([dest.parent / (dest.name + ".zip")], folders=[dest])
     if dest.is_dir():
         return model_files(dest)
-    created = _make_dirs([dest.parent])
+    created = make_dirs([dest.parent])
     temp: Optional[Path] = None
     try:
-        with _locked(dest.parent / f".{dest.name}.lock", progress=progress):
+        with locked(dest.parent / f".{dest.name}.lock", progress=progress):
             if not dest.is_dir():  # again: another process may have finished
-                temp = _download(url, dest.parent / (dest.name + ".zip"), progress=progress, max_bytes=MAX_ZIP_BYTES)
+                temp = download_to_temp(url, dest.parent / (dest.name + ".zip"), progress=progress, max_bytes=MAX_ZIP_BYTES)
                 try:
                     _unpack_checked(temp, dest, check)
                 except (ValueError, OSError) as err:
-                    raise _Failure(f"the zip does not hold a loadable ELMo model: {err}", url) from None
-    except _Failure as err:
+                    raise FetchFailure(f"the zip does not hold a loadable ELMo model: {err}", url) from None
+    except FetchFailure as err:
         _discard(temp)
-        _cleanup([], created)
+        cleanup([], created)
         raise DownloadError(f"could not get {err.url or url}: {err}. Nothing was cached. {offline}") from None
     except BaseException:
         _discard(temp)
-        _cleanup([], created)
+        cleanup([], created)
         raise
     _discard(temp)
     return model_files(dest)

@@ -1,30 +1,16 @@
-"""Names, paths and URLs of ELMo models -> local files.
+"""The shipped model, AllenNLP's published names, their URLs and the cache.
 
-:func:`resolve` turns what a user writes as ``weights`` (and, optionally,
-``options``) into two local files in the published bilm-tf/AllenNLP format:
-
-- ``None``, ``"english"`` or ``"default"``: the English biLM shipped inside
-  the package (:data:`SHIPPED_MODEL_DIR`); offline, nothing is downloaded.
-- ``"small"``, ``"medium"``, ``"original"``, ``"original-5.5b"``: AllenNLP's
-  published English ELMo (:data:`PUBLISHED_MODELS`), downloaded once from
-  :data:`PUBLISHED_BASE_URL` (or the mirror in ``SPACY_ELMO_MIRROR``) into
-  the cache (:func:`cache_dir`, ``SPACY_ELMO_CACHE``), read from there after.
-- An ``http://``, ``https://`` (or ``file://``) URL: downloaded once into
-  ``<cache>/urls/<hash of the URL>/<file name>``.
-- A local path: a weights file (its options given, or found next to it), or a
-  directory holding ``weights.hdf5`` + ``options.json`` (what ``python -m
-  spacy_elmo export`` writes) or one ``*weights.hdf5`` with its
-  ``*options.json``.
-- The other published families (:mod:`.families`): ``efml:<lang>`` and
-  ``nlpl:<id>`` names, zips (local or URLs), and directories of
-  ELMoForManyLangs models or NLPL's ``model.hdf5``. For an ELMoForManyLangs
-  model the pair is ``(model directory, its config.json)``.
+:func:`shipped_model` is the English biLM inside the package
+(:data:`SHIPPED_MODEL_DIR`); :func:`download` fetches AllenNLP's published
+English ELMo by name (:data:`PUBLISHED_MODELS`) from
+:data:`PUBLISHED_BASE_URL` (or the mirror in ``SPACY_ELMO_MIRROR``) into the
+cache (:func:`cache_dir`, ``SPACY_ELMO_CACHE``) once, and :func:`fetch`
+weights and options given as URLs (into ``<cache>/urls/<hash of the
+URL>/<file name>``) or local paths. :mod:`.resolving` decides which of these
+a user's ``weights`` names.
 
 Choices:
 
-- Names win over same-named relative paths: ``"small"`` is always the
-  published model; write ``"./small"`` for a directory called ``small``.
-  ``pathlib.Path`` values are always paths. Names are case-insensitive.
 - The cache is laid out like the published bucket
   (``<cache>/<shape>/elmo_<shape>_weights.hdf5`` and ``..._options.json``),
   so files put there by hand, or a copy of the bucket, are used as they are,
@@ -210,7 +196,7 @@ def is_url(value: object) -> bool:
     return isinstance(value, str) and value.lower().startswith(URL_PREFIXES)
 
 
-# ---------------------------------------------------------------- resolving
+# ------------------------------------------------------------------- files
 def shipped_model() -> Tuple[Path, Path]:
     """``(weights.hdf5, options.json)`` of the shipped English biLM."""
     folder = Path(SHIPPED_MODEL_DIR)
@@ -220,63 +206,6 @@ def shipped_model() -> Tuple[Path, Path]:
     raise ModelNotFoundError(
         f"The English biLM that ships with spacy_elmo is not in this installation "
         f"(expected {weights} and {options}). {HOW_TO_GIVE_WEIGHTS}"
-    )
-
-
-def resolve(
-    weights: Optional[PathLike] = None,
-    options: Optional[PathLike] = None,
-    *,
-    check: Optional[Check] = None,
-    check_options: Optional[CheckOptions] = None,
-    progress: bool = True,
-) -> Tuple[Path, Path]:
-    """Local ``(weights, options)`` files for a name, path or URL (see the
-    module docstring), downloading into the cache what is not there yet
-    (each download handed to ``check`` before it is kept; see
-    :func:`.transport.fetch_files`).
-
-    ``options`` may be left out for names, directories, and weights whose
-    file name ends in ``weights.hdf5`` with the matching ``options.json``
-    beside it (``x_weights.hdf5`` -> ``x_options.json``, or ``options.json``).
-    """
-    if weights is None:
-        if options is not None:
-            raise ValueError("options were given without weights")
-        return shipped_model()
-    from . import families
-
-    if isinstance(weights, str) and families.parse_name(weights) is not None:
-        if options is not None:
-            raise ValueError(f"the model name {weights!r} comes with its options; leave options out")
-        return families.resolve_name(weights, check=check, progress=progress)
-    if isinstance(weights, str) and is_url(weights) and families.is_zip_path(urllib.parse.urlsplit(weights).path):
-        return families.resolve_zip_url(weights, check=check, progress=progress)
-    if isinstance(weights, str) and is_url(weights):
-        check_url(weights)  # before anything prints it
-        if options is None:
-            options = _sibling_options_url(weights)
-        return fetch(weights, options, check=check, check_options=check_options, progress=progress)
-    if isinstance(weights, str) and _is_name(weights):
-        key = weights.strip().lower()
-        if key in SHIPPED_NAMES or key in PUBLISHED_MODELS:
-            if options is not None:
-                raise ValueError(f"the model name {weights!r} comes with its options; leave options out")
-            return shipped_model() if key in SHIPPED_NAMES else download(key, check=check, check_options=check_options, progress=progress)
-    path = Path(weights).expanduser()
-    if path.is_dir():
-        if options is not None:
-            raise ValueError(f"{path} is a directory: leave options out, or give the weights file")
-        return _directory_files(path)
-    if path.is_file() and families.is_zip_path(path) and options is None:
-        return families.resolve_local_zip(path, check=check)
-    if path.is_file():
-        if options is None:
-            return path, _sibling_options(path)
-        return fetch(path, options, check=check, check_options=check_options, progress=progress)
-    raise ModelNotFoundError(
-        f"{str(weights)!r} is neither a model name nor an existing file or directory. "
-        f"{HOW_TO_GIVE_WEIGHTS}"
     )
 
 
@@ -328,47 +257,3 @@ def fetch(
         check_cache(downloads)
     offline = urls_offline(downloads)
     return fetch_files(sources, check=check, check_options=check_options, progress=progress, offline=offline)
-
-
-def _is_name(value: str) -> bool:
-    return not any(sep in value for sep in ("/", "\\", os.sep)) and not value.startswith(".")
-
-
-def _sibling_options_url(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    if not parts.path.endswith("weights.hdf5"):
-        raise ValueError(
-            f"cannot tell the options URL of {redact(url)}: give options = its options JSON (URL or path)"
-        )
-    return urllib.parse.urlunsplit(parts._replace(path=parts.path[: -len("weights.hdf5")] + "options.json"))
-
-
-def _sibling_options(weights: Path) -> Path:
-    candidates = []
-    if weights.name.endswith("weights.hdf5"):
-        candidates.append(weights.with_name(weights.name[: -len("weights.hdf5")] + "options.json"))
-    candidates.append(weights.with_name("options.json"))
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    raise ValueError(
-        f"no options JSON next to {weights} (looked for {', '.join(c.name for c in candidates)}): "
-        f"give options = 'path/options.json'"
-    )
-
-
-def _directory_files(folder: Path) -> Tuple[Path, Path]:
-    from .families import directory_files
-
-    other = directory_files(folder)  # ELMoForManyLangs, or NLPL's model.hdf5
-    if other is not None:
-        return other
-    if (folder / "weights.hdf5").is_file():
-        return folder / "weights.hdf5", _sibling_options(folder / "weights.hdf5")
-    found = sorted(folder.glob("*weights.hdf5"))
-    if len(found) == 1:
-        return found[0], _sibling_options(found[0])
-    raise ModelNotFoundError(
-        f"{folder} holds {'no' if not found else 'several'} *weights.hdf5 files: expected weights.hdf5 "
-        f"and options.json (or give weights = the file and options = its options)"
-    )

@@ -15,7 +15,7 @@ Two processes fetching the same model: the second waits on a lock file
 missing (Windows) both download under unique temporary names and the atomic
 replace still leaves one good file. The lock file is removed on release (a
 waiter that got the lock on a removed file takes it again), and released on
-every failure (the ``finally`` of :func:`_locked`).
+every failure (the ``finally`` of :func:`locked`).
 
 Bounds (docs/reliability.md has the table):
 
@@ -155,13 +155,13 @@ def fetch_files(
     created: List[Path] = []
     current_url = None
     try:
-        created = _make_dirs([path.parent for url, path in sources if url is not None])
-        with _locked(lock_target.parent / f".{lock_target.name}.lock", progress=progress):
+        created = make_dirs([path.parent for url, path in sources if url is not None])
+        with locked(lock_target.parent / f".{lock_target.name}.lock", progress=progress):
             staged = {}
             weights_limit = MAX_DOWNLOAD_BYTES if max_bytes is None else max_bytes
             if options_url is not None and not options_path.exists():  # again: another process may have finished
                 current_url = options_url
-                temps.append(_download(options_url, options_path, progress=progress, max_bytes=MAX_OPTIONS_BYTES))
+                temps.append(download_to_temp(options_url, options_path, progress=progress, max_bytes=MAX_OPTIONS_BYTES))
                 staged[options_path] = temps[-1]
             if check_options is not None and weights_url is not None and not weights_path.exists():
                 bound = _checked_options(check_options, staged.get(options_path, options_path), options_url if options_path in staged else None)
@@ -169,7 +169,7 @@ def fetch_files(
                     weights_limit = min(weights_limit, bound)
             if weights_url is not None and not weights_path.exists():
                 current_url = weights_url
-                temps.append(_download(weights_url, weights_path, progress=progress, max_bytes=weights_limit))
+                temps.append(download_to_temp(weights_url, weights_path, progress=progress, max_bytes=weights_limit))
                 staged[weights_path] = temps[-1]
             if staged and check is not None:
                 current_url = weights_url or options_url
@@ -180,16 +180,16 @@ def fetch_files(
                     for url, path in sources:  # name the download, not its temporary file
                         if path in staged:
                             detail = detail.replace(str(staged[path]), url)
-                    raise _Failure(f"the download does not load as ELMo weights with its options: {detail}") from None
+                    raise FetchFailure(f"the download does not load as ELMo weights with its options: {detail}") from None
             for path in (options_path, weights_path):  # weights last: their presence means complete
                 if path in staged:
                     os.replace(staged.pop(path), path)
-    except _Failure as err:
-        _cleanup(temps, created)
+    except FetchFailure as err:
+        cleanup(temps, created)
         message = f"could not get {err.url or current_url}: {err}. Nothing was cached. {offline}"
         raise DownloadError(redact(message)) from None
     except OSError as err:  # the cache's folders, lock or temporary files
-        _cleanup(temps, created)
+        cleanup(temps, created)
         if isinstance(err, DownloadError):
             raise DownloadError(redact(str(err))) from None
         where = f" {err.filename}" if err.filename else ""
@@ -197,12 +197,15 @@ def fetch_files(
             redact(f"could not write the download into the cache{where}: {err.strerror or err}. Nothing was cached. {offline}")
         ) from None
     except BaseException:
-        _cleanup(temps, created)
+        cleanup(temps, created)
         raise
     return weights_path, options_path
 
 
-class _Failure(Exception):
+class FetchFailure(Exception):
+    """A download that failed (``url``: the file's); the caller turns it
+    into one :class:`DownloadError` with the offline ways, after cleaning up."""
+
     def __init__(self, message: str, url: Optional[str] = None) -> None:
         super().__init__(message)
         self.url = url
@@ -217,20 +220,20 @@ def _checked_options(check_options: CheckOptions, path: Path, url: Optional[str]
         return check_options(path)
     except (ValueError, OSError) as err:
         detail = str(err).replace(str(path), url)
-        raise _Failure(f"the options do not load (the weights were not requested): {detail}", url) from None
+        raise FetchFailure(f"the options do not load (the weights were not requested): {detail}", url) from None
 
 
 def _local_file(url: str) -> Path:
     """The regular file a ``file://`` URL names (not a device, FIFO or directory)."""
     path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
     if not path.exists():
-        raise _Failure(f"no such file: {path}", url)
+        raise FetchFailure(f"no such file: {path}", url)
     if not path.is_file():
-        raise _Failure(f"{path} is not a regular file (a directory, device or FIFO); give a file", url)
+        raise FetchFailure(f"{path} is not a regular file (a directory, device or FIFO); give a file", url)
     return path
 
 
-def _download(
+def download_to_temp(
     url: str, dest: Path, *, progress: bool, max_bytes: Optional[int] = None, deadline: Optional[float] = None
 ) -> Path:
     """Stream ``url`` into a new temporary file beside ``dest`` and return it:
@@ -257,7 +260,7 @@ def _download(
                 length = response.headers.get("Content-Length")
                 expected = int(length) if length is not None and length.strip().isdigit() else None
                 if expected is not None and expected > limit:
-                    raise _Failure(
+                    raise FetchFailure(
                         f"the server announces {expected:,} bytes (Content-Length), more than the {limit:,} "
                         "this file may take; refused before reading it", url
                     )
@@ -276,31 +279,31 @@ def _download(
                         received += len(chunk)
                         bar.update(len(chunk))
                         if received > limit:
-                            raise _Failure(f"the file is larger than the {limit:,} bytes it may take; refused", url)
+                            raise FetchFailure(f"the file is larger than the {limit:,} bytes it may take; refused", url)
                         if time.monotonic() > ends:
-                            raise _Failure(
+                            raise FetchFailure(
                                 f"not finished after {seconds:g} s (received {received:,}"
                                 f"{f' of {expected:,}' if expected is not None else ''} bytes); on a slow "
                                 f"connection set {DEADLINE_ENV} to more seconds", url
                             )
         if expected is not None and received != expected:
-            raise _Failure(f"received {received} of {expected} bytes (the download was cut short)", url)
-    except _Failure:
+            raise FetchFailure(f"received {received} of {expected} bytes (the download was cut short)", url)
+    except FetchFailure:
         temp.unlink(missing_ok=True)
         raise
     except urllib.error.HTTPError as err:
         temp.unlink(missing_ok=True)
-        raise _Failure(f"HTTP {err.code} {err.reason}", url) from None
+        raise FetchFailure(f"HTTP {err.code} {err.reason}", url) from None
     except urllib.error.URLError as err:
         temp.unlink(missing_ok=True)
-        raise _Failure(f"no connection ({err.reason})", url) from None
+        raise FetchFailure(f"no connection ({err.reason})", url) from None
     except DownloadError as err:  # a redirect refused by check_url
         temp.unlink(missing_ok=True)
-        raise _Failure(f"refused a redirect to {err}", url) from None
+        raise FetchFailure(f"refused a redirect to {err}", url) from None
     except Exception as err:  # http.client errors (IncompleteRead), timeouts, bad URLs, disk full
         temp.unlink(missing_ok=True)
         detail = f"received {received} of {expected} bytes: " if expected is not None else ""
-        raise _Failure(f"{detail}{type(err).__name__}: {err}", url) from None
+        raise FetchFailure(f"{detail}{type(err).__name__}: {err}", url) from None
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
@@ -320,7 +323,7 @@ def _check_free_space(folder: Path, needed: int, announced: bool, url: str) -> N
     free = shutil.disk_usage(folder).free
     if needed > free:
         what = "the file's Content-Length" if announced else "the file's size limit (the server sent no Content-Length)"
-        raise _Failure(f"not enough free disk space in {folder}: {what} is {needed:,} bytes, {free:,} are free", url)
+        raise FetchFailure(f"not enough free disk space in {folder}: {what} is {needed:,} bytes, {free:,} are free", url)
 
 
 def _user_agent() -> str:
@@ -334,7 +337,7 @@ def _user_agent() -> str:
         return "spacy_elmo"
 
 
-def _make_dirs(folders: List[Path]) -> List[Path]:
+def make_dirs(folders: List[Path]) -> List[Path]:
     """Create ``folders``; return the directories this call created, deepest first."""
     created: List[Path] = []
     for folder in folders:
@@ -348,7 +351,8 @@ def _make_dirs(folders: List[Path]) -> List[Path]:
     return sorted(created, key=lambda p: len(p.parts), reverse=True)
 
 
-def _cleanup(temps: List[Path], created: List[Path]) -> None:
+def cleanup(temps: List[Path], created: List[Path]) -> None:
+    """Remove ``temps`` and the ``created`` directories that are empty."""
     for temp in temps:
         temp.unlink(missing_ok=True)
     for folder in created:  # only if empty: another process may be using it
@@ -357,7 +361,7 @@ def _cleanup(temps: List[Path], created: List[Path]) -> None:
 
 
 @contextlib.contextmanager
-def _locked(path: Path, *, progress: bool) -> Iterator[None]:
+def locked(path: Path, *, progress: bool) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``path`` (no-op without fcntl)."""
     if fcntl is None:  # pragma: no cover - Windows
         yield

@@ -1,5 +1,5 @@
 """thinc glue: the biLM over Docs, listeners, the scalar mix, span getters, the
-training cache. Their registered names are listed in :mod:`spacy_elmo.architectures`."""
+training cache. Their registered names are listed in :mod:`spacy_elmo.component.registrations`."""
 from .bilm_model import ElmoBiLM
 from .bilm_shim import BiLMShim, get_bilm, has_bilm, set_bilm
 from .elmo_tok2vec import ElmoTok2Vec

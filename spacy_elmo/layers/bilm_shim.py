@@ -43,7 +43,7 @@ NOT_INITIALIZED = (
     "spacy_elmo.add_elmo(nlp, NAME) or nlp.get_pipe('elmo').set_bilm(BiLM(...))."
 )
 #: What to do about a saved biLM that cannot be read (shared by
-#: :mod:`spacy_elmo.saved_pipeline`).
+#: :mod:`spacy_elmo.component.saved_pipeline`).
 RESAVE = (
     "re-save the pipeline from a working copy (nlp.to_disk), or re-initialize the elmo component "
     "from the published weights and options"

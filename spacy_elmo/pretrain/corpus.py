@@ -80,6 +80,35 @@ class Corpus:
         self._offsets = numpy.concatenate([[0], numpy.cumsum(lengths)]).astype(numpy.int64)
         self._flat = numpy.concatenate(self._ids) if self._ids else numpy.zeros(0, numpy.int32)
 
+    def extend(self, other: "Corpus") -> None:
+        """Append every window of ``other`` (a corpus with its own type
+        table, e.g. a pre-tokenised slice): its types are mapped onto this
+        corpus's, new ones added, and its counts and stats (all but ``files``,
+        which the reader counts) added in."""
+        mapping = numpy.arange(len(other.types), dtype=numpy.int32)
+        for i in range(N_RESERVED_TYPES, len(other.types)):
+            tok = other.types[i]
+            index = self.type_index.get(tok)
+            if index is None:
+                index = self.type_index[tok] = len(self.types)
+                self.types.append(tok)
+                self.counts.append(0)
+            mapping[i] = index
+        for i, count in enumerate(other.counts):
+            self.counts[int(mapping[i])] += int(count)
+        flat, offsets = other.to_arrays()["flat"], other._offsets
+        mapped = mapping[flat]
+        self._ids.extend(numpy.split(mapped, offsets[1:-1]) if len(offsets) > 1 else [])
+        mine, theirs = self.stats, other.stats
+        mine.lines += theirs.lines
+        mine.windows += theirs.windows
+        mine.tokens += theirs.tokens
+        mine.skipped_empty_files += theirs.skipped_empty_files
+        mine.skipped_binary_files += theirs.skipped_binary_files
+        mine.skipped_bad_encoding_lines += theirs.skipped_bad_encoding_lines
+        mine.skipped_long_lines += theirs.skipped_long_lines
+        self._flat = None
+
     # ------------------------------------------------------------ access
     def __len__(self) -> int:
         return len(self._ids)

@@ -1,14 +1,23 @@
-"""The on-disk cache of a tokenised corpus: one ``.npz`` (no pickle) per
-input and reading settings (:func:`cache_key`), written atomically (by
-rank 0 only under torchrun; see :func:`~.reading.read_corpus`)."""
+"""A tokenised corpus on disk: one ``.npz`` (no pickle), written atomically.
+
+Two uses: a run's cache, one file per input and reading settings
+(:func:`cache_key`; written by rank 0 only under torchrun, see
+:func:`~.reading.read_corpus`), and pre-tokenised *slices*
+(``python -m spacy_elmo tokenise``), which record the language and window
+length they were cut with and are read like text files by ``pretrain``
+(:func:`load_slice`), so a large corpus is tokenised once and its slices
+can be copied to another machine.
+"""
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import numpy
 
 from .corpus import N_RESERVED_TYPES, Corpus, CorpusStats
 
 CACHE_FORMAT = "spacy_elmo.pretrain.corpus/1"
+#: The most one pre-tokenised slice may unpack to (its zip's declared sizes, checked before reading).
+MAX_SLICE_BYTES = 8 * 2**30
 
 
 def cache_key(files: Sequence[Path], lang: str, max_tokens: int, max_line_chars: int, strict: bool) -> str:
@@ -33,13 +42,14 @@ def cache_key(files: Sequence[Path], lang: str, max_tokens: int, max_line_chars:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def save_corpus(corpus: Corpus, path: Path, compressed: bool = False) -> None:
+def save_corpus(corpus: Corpus, path: Path, compressed: bool = False, settings: Optional[Dict[str, Any]] = None) -> None:
     """Write a tokenised corpus as one ``.npz`` (no pickle; ``compressed``:
     zip-deflated, about a third of the size and slower to write), atomically:
     into a temporary file of its own (unique even for processes with the
     same pid on other machines sharing the directory), then renamed over
     ``path``, so a reader sees the old file or the whole new one. A failed
-    write leaves no temporary file behind."""
+    write leaves no temporary file behind. ``settings`` (a slice's ``lang``
+    and ``max_tokens``) are stored for :func:`load_slice` to check."""
     import json
     import os
     import tempfile
@@ -47,7 +57,7 @@ def save_corpus(corpus: Corpus, path: Path, compressed: bool = False) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     arrays = corpus.to_arrays()
-    meta = json.dumps({"format": CACHE_FORMAT, "types": corpus.types, "stats": corpus.stats.to_dict()})
+    meta = json.dumps({"format": CACHE_FORMAT, "types": corpus.types, "stats": corpus.stats.to_dict(), "settings": settings or {}})
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fout:
@@ -66,6 +76,39 @@ def load_corpus(path: Path) -> Corpus:
     """Read a corpus written by :func:`save_corpus` (``allow_pickle=False``).
     A file that does not hold a consistent corpus is a ValueError (or the
     error of the damaged zip), never a corpus with wrong windows."""
+    return _load(path)[0]
+
+
+def load_slice(path: Path, lang: str, max_tokens: int) -> Corpus:
+    """A pre-tokenised slice, checked against the run's settings: a slice
+    cut with another language or window length is a PretrainError naming
+    the file and the setting, never windows of another length. A damaged
+    or foreign file is a PretrainError too."""
+    import zipfile
+
+    from .errors import PretrainError
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            declared = sum(info.file_size for info in archive.infolist())
+        if declared > MAX_SLICE_BYTES:
+            raise PretrainError(
+                f"{path}: its arrays declare {declared / 2**30:.1f} GiB, over the {MAX_SLICE_BYTES // 2**30} GiB a "
+                "slice may hold; tokenise the text in smaller slices"
+            )
+        corpus, settings = _load(path)
+    except (ValueError, KeyError, OSError, zipfile.BadZipFile) as err:
+        raise PretrainError(f"{path}: not a readable pre-tokenised corpus slice ({err})") from None
+    for name, wanted in (("lang", lang), ("max_tokens", max_tokens)):
+        if settings.get(name) != wanted:
+            raise PretrainError(
+                f"{path} was tokenised with {name} {settings.get(name)!r}, this run uses {wanted!r}: run with "
+                f"--{name.replace('_', '-')} {settings.get(name)} or tokenise the text again"
+            )
+    return corpus
+
+
+def _load(path: Path):
     import json
 
     with numpy.load(path, allow_pickle=False) as data:
@@ -81,4 +124,5 @@ def load_corpus(path: Path) -> Corpus:
     )
     if not consistent:
         raise ValueError(f"{path}: inconsistent corpus cache (truncated or damaged)")
-    return Corpus.from_arrays(types, flat, offsets, counts, CorpusStats(**meta["stats"]))
+    settings = meta.get("settings") or {}
+    return Corpus.from_arrays(types, flat, offsets, counts, CorpusStats(**meta["stats"])), settings

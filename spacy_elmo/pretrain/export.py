@@ -1,6 +1,8 @@
 """From a checkpoint to files others load: the published hdf5 + options
 format (with the vocabulary and the softmax, which ``--init`` continues
-from), or a spaCy pipeline."""
+from). A spaCy pipeline from a checkpoint is the command line's
+(:func:`spacy_elmo.cli.export.export_pipeline`): pretraining knows nothing
+of the spaCy component."""
 import logging
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
@@ -94,28 +96,3 @@ def bilm_from_state(state: Dict[str, Any]) -> BiLM:
     bilm.load_state_dict({k[len(prefix):]: v for k, v in state["model"].items() if k.startswith(prefix)})
     return bilm.eval()
 
-
-def export_pipeline(output_dir: Path, target: Path, lang: Optional[str] = None, checkpoint: Optional[Path] = None) -> Path:
-    """Write a spaCy pipeline (``spacy.blank(lang)`` + an ``elmo`` component
-    holding the checkpoint's biLM) to ``target``; load it with
-    ``spacy.load(target)``. ``lang`` defaults to the language whose tokenizer
-    split the training text. Needs the spaCy integration
-    (``spacy_elmo.pipeline``)."""
-    try:
-        from ..pipeline import add_elmo
-    except ImportError as err:
-        raise ValueError(
-            f"exporting a spaCy pipeline needs spacy_elmo's spaCy integration (spacy_elmo.pipeline): {err}; "
-            "export to hdf5 + options instead and load those with the elmo component"
-        ) from None
-    import spacy
-
-    state = load_checkpoint(checkpoint_path(output_dir, checkpoint))
-    lang = lang or state["config"].get("lang") or "en"
-    nlp = spacy.blank(lang)
-    add_elmo(nlp, bilm=bilm_from_state(state))
-    nlp.meta["name"] = "elmo_pretrained"
-    nlp.meta["description"] = f"biLM pretrained with spacy_elmo ({int(state['step'])} steps)"
-    target = Path(target)
-    nlp.to_disk(target)
-    return target

@@ -1,11 +1,14 @@
-"""Reading a pretraining corpus: text files, directories or ``.spacy`` files.
+"""Reading a pretraining corpus: text files, directories, ``.spacy`` files or
+pre-tokenised slices (``.npz``, written by ``python -m spacy_elmo tokenise``).
 
 Text files hold one sentence or paragraph a line, UTF-8. Each line is
 tokenised with ``spacy.blank(lang).tokenizer`` (whitespace tokens dropped) and
 cut into windows of at most ``max_tokens`` tokens. ``.spacy`` files
 (:class:`spacy.tokens.DocBin`, msgpack, no pickle) give one window per
 sentence when the docs have sentence boundaries, else per doc (cut the same
-way). A directory is read recursively: every non-hidden file, in sorted order.
+way). A ``.npz`` slice holds windows tokenised earlier with the same ``lang``
+and ``max_tokens`` (checked; :func:`~.corpus_cache.load_slice`), so a large
+corpus is tokenised once. A directory is read recursively: every non-hidden file, in sorted order.
 A path given twice is read twice: naming a directory and then some of its
 files weights those files double (upsampling a source).
 
@@ -31,7 +34,7 @@ from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Union
 
 from .corpus import Corpus, CorpusStats
-from .corpus_cache import cache_key, load_corpus, save_corpus
+from .corpus_cache import cache_key, load_corpus, load_slice, save_corpus
 from .errors import PretrainError
 
 logger = logging.getLogger(__name__)
@@ -176,7 +179,9 @@ def read_corpus(
     for path in list_files(paths):
         stats.files += 1
         before = stats.windows
-        if path.suffix == ".spacy":
+        if path.suffix == ".npz":
+            corpus.extend(load_slice(path, lang, max_tokens))
+        elif path.suffix == ".spacy":
             for tokens in _spacy_file_windows(path, nlp, strict, stats):
                 for window in _windows(tokens, max_tokens):
                     corpus.add_window(window)

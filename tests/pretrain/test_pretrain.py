@@ -401,21 +401,21 @@ def test_torchrun_two_processes_from_the_command_line(tmp_path):
 
 # ------------------------------------------------------------- spaCy export
 def _has_pipeline():
-    """spacy_elmo.pipeline exists in the package under test (not only in
+    """spacy_elmo.component.elmo exists in the package under test (not only in
     another checkout that an editable install's finder points at)."""
     import importlib.util
 
     import spacy_elmo
 
-    spec = importlib.util.find_spec("spacy_elmo.pipeline")
-    return spec is not None and Path(spec.origin).parent == Path(spacy_elmo.__file__).parent
+    spec = importlib.util.find_spec("spacy_elmo.component.elmo")
+    return spec is not None and Path(spacy_elmo.__file__).parent in Path(spec.origin).parents
 
 
-@pytest.mark.skipif(not _has_pipeline(), reason="needs the spaCy integration (spacy_elmo.pipeline)")
+@pytest.mark.skipif(not _has_pipeline(), reason="needs the spaCy integration (spacy_elmo.component.elmo)")
 def test_export_straight_into_a_spacy_pipeline(trained, tmp_path):
     import spacy
 
-    from spacy_elmo.pretrain import export_pipeline
+    from spacy_elmo.cli.export import export_pipeline
 
     tmp, config, _ = trained
     export_pipeline(tmp / "out", tmp_path / "nlp")
@@ -434,9 +434,9 @@ def test_export_straight_into_a_spacy_pipeline(trained, tmp_path):
 
 
 def test_pipeline_export_without_the_spacy_integration_is_a_clear_error(tmp_path, monkeypatch):
-    from spacy_elmo.pretrain import export_pipeline
+    from spacy_elmo.cli.export import export_pipeline
 
-    monkeypatch.setitem(sys.modules, "spacy_elmo.pipeline", None)  # import fails
+    monkeypatch.setitem(sys.modules, "spacy_elmo.component.elmo", None)  # import fails
     with pytest.raises(ValueError, match="spaCy integration"):
         export_pipeline(tmp_path, tmp_path / "nlp")
 

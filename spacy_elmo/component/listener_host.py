@@ -5,12 +5,12 @@ from typing import Dict, List
 
 from thinc.api import Model
 
-from .layers.bilm_shim import get_bilm, has_bilm
-from .layers.listener import ElmoListenerLayer
+from ..layers.bilm_shim import get_bilm, has_bilm
+from ..layers.listener import ElmoListenerLayer
 
 
 class ListenerHost:
-    """Listener bookkeeping for :class:`~spacy_elmo.pipeline.Elmo` (a mixin:
+    """Listener bookkeeping for :class:`~spacy_elmo.component.elmo.Elmo` (a mixin:
     the component sets ``listener_map`` to ``{}`` and has ``name`` and
     ``model``)."""
 

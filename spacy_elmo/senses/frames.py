@@ -1,4 +1,4 @@
-"""Crossed-frame word-sense sets: the format of ``resources/senses_en.txt``.
+"""Crossed-frame word-sense sets: the format of ``senses_en.txt``.
 
 Why frames
 ----------

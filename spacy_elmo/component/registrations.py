@@ -5,8 +5,8 @@ module, so spaCy finds them without importing the package first, and
 importing this module (the ``elmo`` factory's module does) registers them.
 
 ========================================  ==========================================
-``[components.elmo]`` factory ``elmo``     :func:`spacy_elmo.pipeline.make_elmo`
-``spacy_elmo.ElmoBiLM.v2``                 the biLM over Docs (:mod:`.layers.bilm_model`)
+``[components.elmo]`` factory ``elmo``     :func:`spacy_elmo.component.elmo.make_elmo`
+``spacy_elmo.ElmoBiLM.v2``                 the biLM over Docs (:mod:`spacy_elmo.layers.bilm_model`)
 ``spacy_elmo.ElmoListener.v1``             a component's ELMo input: listener + mix
 ``spacy_elmo.ElmoMix.v1``                  the mix over an own biLM (after replace_listeners)
 ``spacy_elmo.ElmoInputOutput.v1``          ELMo at a task model's input and output
@@ -20,11 +20,11 @@ importing this module (the ``elmo`` factory's module does) registers them.
 import catalogue
 from spacy.util import registry
 
-from .layers.bilm_model import ElmoBiLM
-from .layers.elmo_tok2vec import ElmoTok2Vec
-from .layers.listener import ElmoInputOutput, ElmoListener, ElmoMix
-from .layers.output_cache import training_cache
-from .layers.span_getters import configure_sent_or_strided_spans, configure_strided_spans
+from ..layers.bilm_model import ElmoBiLM
+from ..layers.elmo_tok2vec import ElmoTok2Vec
+from ..layers.listener import ElmoInputOutput, ElmoListener, ElmoMix
+from ..layers.output_cache import training_cache
+from ..layers.span_getters import configure_sent_or_strided_spans, configure_strided_spans
 from .training_log import jsonl_logger
 
 if not hasattr(registry, "span_getters"):  # spacy-transformers makes it where installed

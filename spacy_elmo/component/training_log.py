@@ -14,7 +14,7 @@ far) and, when the ``elmo`` component has a training cache
     path = "training/log.jsonl"     # null: the table only
     console_output = true
 
-Registered in :mod:`spacy_elmo.architectures` (the package's
+Registered in :mod:`spacy_elmo.component.registrations` (the package's
 ``spacy_loggers`` entry point names it), so a config that names it needs no
 ``--code``.
 """

@@ -2,7 +2,7 @@
 
 ``nlp.add_pipe("elmo")`` adds a component that runs the biLM over each Doc
 (sentences, or strided windows when the Doc has no sentence boundaries) and
-stores the activations on ``Doc._.elmo`` (:class:`~spacy_elmo.data.ElmoData`).
+stores the activations on ``Doc._.elmo`` (:class:`~spacy_elmo.component.doc_data.ElmoData`).
 Downstream components use ELMo through ``spacy_elmo.ElmoListener.v1``
 (see :mod:`spacy_elmo.layers.listener`), each with its own learned mix.
 
@@ -41,15 +41,15 @@ from spacy.vocab import Vocab
 from spacy.util import minibatch
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
-from . import architectures  # noqa: F401 (registers the architectures the default config names)
-from .bilm import BiLM
-from .data import DTYPES, STORES, ElmoData, install_extensions
-from .layers.bilm_shim import get_bilm, has_bilm, set_bilm
-from .layers.listener import ElmoListenerLayer
-from .layers.output_cache import OutputCache
-from .layers.span_plan import token_buffers
+from ..bilm import BiLM
+from ..layers.bilm_shim import get_bilm, has_bilm, set_bilm
+from ..layers.listener import ElmoListenerLayer
+from ..layers.output_cache import OutputCache
+from ..layers.span_plan import token_buffers
+from ..loading import check_local, load_bilm
+from . import registrations  # noqa: F401 (registers the architectures the default config names)
+from .doc_data import DTYPES, STORES, ElmoData, install_extensions
 from .listener_host import ListenerHost
-from .loading import check_local, load_bilm
 from .vector_hooks import install as install_vector_hooks
 
 DEFAULT_MODEL_CONFIG = """
@@ -113,7 +113,7 @@ def make_elmo(
         pipeline carries its weights and never reads these again.
     vector_hooks: answer ``token.vector``, ``span.vector``, ``doc.vector``
         and ``.similarity`` from ``Doc._.elmo`` through spaCy's user hooks
-        (:mod:`spacy_elmo.vector_hooks`). On by default: contextual vectors
+        (:mod:`spacy_elmo.component.vector_hooks`). On by default: contextual vectors
         are what the component is for, spaCy users look for them there, and
         the hooks compute nothing until asked. Turn it off to keep the
         vocabulary's static vectors (e.g. ``en_core_web_md``'s) behind
@@ -130,7 +130,7 @@ def make_elmo(
 
 class Elmo(ListenerHost, TrainablePipe):
     """Runs the biLM and feeds ``Doc._.elmo`` and the ELMo listeners (their
-    bookkeeping: :class:`~spacy_elmo.listener_host.ListenerHost`)."""
+    bookkeeping: :class:`~spacy_elmo.component.listener_host.ListenerHost`)."""
 
     def __init__(
         self,
@@ -168,7 +168,7 @@ class Elmo(ListenerHost, TrainablePipe):
         #: ``spacy.load`` rebuilds a saved pipeline (which carries its weights)
         #: through this constructor, on any machine.
         check_local(weights, options)
-        #: Install :mod:`spacy_elmo.vector_hooks` on every annotated Doc.
+        #: Install :mod:`spacy_elmo.component.vector_hooks` on every annotated Doc.
         self.vector_hooks = vector_hooks
         #: Tokens per group of docs in :meth:`pipe` (0: spaCy's batches).
         self.buffer_tokens = buffer_tokens
@@ -366,7 +366,7 @@ class Elmo(ListenerHost, TrainablePipe):
 
     # ------------------------------------------------------- serialization
     def from_disk(self, path, *, exclude=tuple()):
-        """Reads ``cfg`` and ``model`` through :mod:`spacy_elmo.saved_pipeline`:
+        """Reads ``cfg`` and ``model`` through :mod:`spacy_elmo.component.saved_pipeline`:
         size-bounded, checked, and every failure a clear error naming the file."""
         from .saved_pipeline import read_component
 

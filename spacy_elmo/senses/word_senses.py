@@ -10,8 +10,8 @@ Two tools:
 
 ``sense_eval``
     A word sense evaluation on a hand-made set of ambiguous words
-    (``resources/senses_en.txt``: 32 words, two senses a word, 8 crossed
-    frames a word; see :mod:`spacy_elmo.sense_frames`), per biLM layer and
+    (``senses_en.txt``: 32 words, two senses a word, 8 crossed
+    frames a word; see :mod:`spacy_elmo.senses.frames`), per biLM layer and
     for the mean of the layers, leave-one-frame-out: by default each use
     takes the sense whose centroid (the mean vector of its uses in the
     other frames) is nearest, as in the paper's word sense experiment;
@@ -55,7 +55,7 @@ import numpy
 
 Layer = Union[int, str]
 
-DATA = Path(__file__).parent / "resources" / "senses_en.txt"
+DATA = Path(__file__).parent / "senses_en.txt"
 # Cosines within this of the best tie. Uses of a word in one spelling get the
 # same layer-0 vector (bitwise on one device; float32 batching noise elsewhere
 # moves their cosines, all near 1, only at second order), while distinct
@@ -154,9 +154,9 @@ def load_senses(path: Union[str, Path, None] = None) -> List[Dict]:
     A ``.jsonl`` file holds JSON lines with ``word``, ``sense``, ``tokens``
     (a list, or a whitespace-tokenised string), ``index`` (the target token)
     and optionally ``frame`` (items sharing a frame are held out together);
-    any other file is read as crossed frames (:mod:`spacy_elmo.sense_frames`).
+    any other file is read as crossed frames (:mod:`spacy_elmo.senses.frames`).
     Checks that every index points at the word (ignoring case)."""
-    from .sense_frames import SenseDataError, parse_frames, read_bounded
+    from .frames import SenseDataError, parse_frames, read_bounded
 
     path = Path(path) if path is not None else DATA
     text = read_bounded(path)
@@ -287,7 +287,7 @@ def random_like(bilm, seed: int = 0):
     ``torch.manual_seed(seed)``; in eval mode."""
     import torch
 
-    from .bilm import BiLM
+    from ..bilm import BiLM
 
     torch.manual_seed(seed)
     return BiLM(bilm.options).eval()

@@ -29,8 +29,8 @@ from typing import Any, Dict, Optional
 
 from spacy import util
 
-from .bilm.options import MAX_PARAMETERS
-from .layers.bilm_shim import RESAVE, msgpack_map
+from ..bilm.options import MAX_PARAMETERS
+from ..layers.bilm_shim import RESAVE, msgpack_map
 
 #: ``elmo/cfg`` holds three small settings (a few hundred bytes).
 MAX_CFG_BYTES = 1 << 20
@@ -89,8 +89,8 @@ def read_bounded(path: Path, limit: int) -> bytes:
 
 def parse_cfg(data: bytes, where: str) -> Dict[str, Any]:
     """The component's settings from the JSON of ``elmo/cfg``, checked
-    (store, dtype and mix; see :class:`spacy_elmo.pipeline.Elmo`)."""
-    from .data import DTYPES, STORES
+    (store, dtype and mix; see :class:`spacy_elmo.component.elmo.Elmo`)."""
+    from .doc_data import DTYPES, STORES
 
     foreign = describe_foreign(data)
     if foreign is not None:
@@ -128,7 +128,7 @@ def load_model_bytes(model, data: bytes, where: str) -> None:
     :class:`~spacy_elmo.WeightFileError`, a checksum mismatch) get the name
     put in front; anything the readers raise on a damaged file becomes a
     :class:`SavedPipelineError`."""
-    from .bilm import OptionsError, WeightFileError
+    from ..bilm import OptionsError, WeightFileError
 
     foreign = describe_foreign(data)
     if foreign is not None:

@@ -1,4 +1,6 @@
-"""Write a biLM back in its own family's layout.
+"""What ``python -m spacy_elmo export`` writes besides a checkpoint's
+published files: a biLM in its own family's layout, and a checkpoint as a
+spaCy pipeline (:func:`export_pipeline`, ``export --nlp``).
 
 ``python -m spacy_elmo export SOURCE TARGET`` with a SOURCE that is not a
 pretraining output directory: a saved spaCy pipeline (its ``elmo``
@@ -10,11 +12,13 @@ directory (``config.json``, the architecture JSON, ``char.dic``,
 package and this one both read.
 """
 from pathlib import Path
-from typing import List, Union
+from typing import List, Optional, Union
 
-from .bilm import BiLM
-from .bilm.formats import efml
-from .loading import load_bilm
+from ..bilm import BiLM
+from ..bilm.formats import efml
+from ..loading import load_bilm
+from ..pretrain.checkpoint import checkpoint_path, load_checkpoint
+from ..pretrain.export import bilm_from_state
 
 
 def is_pipeline(path: Union[str, Path]) -> bool:
@@ -46,3 +50,29 @@ def export_bilm(bilm: BiLM, target: Union[str, Path]) -> List[Path]:
         return sorted(p for p in target.iterdir() if p.is_file())
     bilm.to_hdf5(target / "weights.hdf5", target / "options.json")
     return [target / "weights.hdf5", target / "options.json"]
+
+
+def export_pipeline(output_dir: Path, target: Path, lang: Optional[str] = None, checkpoint: Optional[Path] = None) -> Path:
+    """Write a spaCy pipeline (``spacy.blank(lang)`` + an ``elmo`` component
+    holding the checkpoint's biLM) to ``target``; load it with
+    ``spacy.load(target)``. ``lang`` defaults to the language whose tokenizer
+    split the training text. Needs the spaCy integration
+    (``spacy_elmo.component.elmo``)."""
+    try:
+        from ..component.elmo import add_elmo
+    except ImportError as err:
+        raise ValueError(
+            f"exporting a spaCy pipeline needs spacy_elmo's spaCy integration (spacy_elmo.component.elmo): {err}; "
+            "export to hdf5 + options instead and load those with the elmo component"
+        ) from None
+    import spacy
+
+    state = load_checkpoint(checkpoint_path(output_dir, checkpoint))
+    lang = lang or state["config"].get("lang") or "en"
+    nlp = spacy.blank(lang)
+    add_elmo(nlp, bilm=bilm_from_state(state))
+    nlp.meta["name"] = "elmo_pretrained"
+    nlp.meta["description"] = f"biLM pretrained with spacy_elmo ({int(state['step'])} steps)"
+    target = Path(target)
+    nlp.to_disk(target)
+    return target
