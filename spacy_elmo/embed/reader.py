@@ -31,7 +31,7 @@ class EmbeddingsFileError(ValueError):
     """A file or directory that is not a complete, undamaged output of ``embed -o``."""
 
 
-class _Shard:
+class ShardFile:
     """One shard file, its datasets mapped (checked as the module says)."""
 
     def __init__(self, path: Path) -> None:
@@ -132,7 +132,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _count(shard: _Shard, key: str) -> int:
+def _count(shard: ShardFile, key: str) -> int:
     value = shard.attrs.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise EmbeddingsFileError(f"{shard.path}: attribute {key!r} is {value!r}, not a count")
@@ -149,7 +149,7 @@ class Embeddings(Sequence):
     (0-based) sentence ``i`` came from. ``emb.attrs``: the model, settings
     and input (see docs/embedding.md)."""
 
-    def __init__(self, shards: List[_Shard]) -> None:
+    def __init__(self, shards: List[ShardFile]) -> None:
         self._shards = shards
         self.attrs: Dict[str, Any] = dict(shards[0].attrs)
         for key in ("shard",):
@@ -177,7 +177,7 @@ class Embeddings(Sequence):
     def __len__(self) -> int:
         return int(self._starts[-1])
 
-    def _locate(self, i: int) -> Tuple[_Shard, int]:
+    def _locate(self, i: int) -> Tuple[ShardFile, int]:
         n = len(self)
         if not -n <= i < n:
             raise IndexError(f"sentence {i} out of range ({n} sentences)")
@@ -240,9 +240,9 @@ def read_embeddings(path: Union[str, Path]) -> Embeddings:
     if not path.exists():
         raise EmbeddingsFileError(f"{path}: no such file or directory")
     if not path.is_dir():
-        return Embeddings([_Shard(path)])
+        return Embeddings([ShardFile(path)])
     names = _shard_files(path)
-    shards = [_Shard(path / name) for name in names]
+    shards = [ShardFile(path / name) for name in names]
     settings = {s.attrs.get("settings") for s in shards}
     inputs = {s.attrs.get("input_sha256") for s in shards}
     if len(settings) > 1 or len(inputs) > 1:

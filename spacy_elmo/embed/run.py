@@ -33,7 +33,7 @@ from .layout import (
     read_piece, remove_piece, shard_attributes, shard_name, write_json,
 )
 from .plan import Chunk, Scan, World, chunks, default_threads
-from .reader import MANIFEST, EmbeddingsFileError, _Shard
+from .reader import MANIFEST, EmbeddingsFileError, ShardFile
 
 Tokenize = Callable[[Iterable[str]], Iterator[List[str]]]
 RUN_FILE = "run.json"
@@ -283,7 +283,7 @@ def embed_corpus(
         _write_out(lambda: assemble_shard(targets.shard, targets.work, owned, choice.width, dim, dtype, attrs), output, RuntimeError)
     for index in owned:
         remove_piece(targets.work, index)
-    shard = _Shard(targets.shard)
+    shard = ShardFile(targets.shard)
     summary = {
         "file": targets.shard.name, "sentences": shard.attrs["sentences"], "tokens": shard.attrs["tokens"],
         "chunks": len(owned), "bytes": targets.shard.stat().st_size, "sha256": sha256_file(targets.shard),
@@ -297,12 +297,12 @@ def embed_corpus(
     return EmbedResult(targets.shard, summary["sentences"], summary["tokens"], embedded, resumed, manifest)
 
 
-def _finished_shard(targets: Targets, output: Path, identity: Dict[str, Any]) -> Optional[_Shard]:
+def _finished_shard(targets: Targets, output: Path, identity: Dict[str, Any]) -> Optional[ShardFile]:
     """The shard file a previous run completed, if its settings match."""
     if not targets.shard.exists():
         return None
     try:
-        shard = _Shard(targets.shard)
+        shard = ShardFile(targets.shard)
     except EmbeddingsFileError as err:
         raise EmbedError(f"--output {output}: {targets.shard} exists and is not a finished shard of this run ({err}); "
                          "give a new --output or remove it") from None
