@@ -278,9 +278,10 @@ def embed_corpus(
                 f"{input_name}'s): write to a new --output (or remove this one)"
             )
     else:
-        attrs = shard_attributes(identity, model, choice, dim, (world.rank, world.size), input_info, _counts(targets.work, owned, choice.width, dim, dtype))
-        # h5py reports some failed writes as RuntimeError
-        _write_out(lambda: assemble_shard(targets.shard, targets.work, owned, choice.width, dim, dtype, attrs), output, RuntimeError)
+        counts = _counts(targets.work, owned, choice.width, dim, dtype)
+        attrs = shard_attributes(identity, model, choice, dim, (world.rank, world.size), input_info, counts)
+        assemble = lambda: assemble_shard(targets.shard, targets.work, owned, choice.width, dim, dtype, attrs)  # noqa: E731
+        _write_out(assemble, output, RuntimeError)  # h5py reports some failed writes as RuntimeError
     for index in owned:
         remove_piece(targets.work, index)
     shard = ShardFile(targets.shard)
