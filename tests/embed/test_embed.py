@@ -22,7 +22,7 @@ LINES = [
     "The storm came .",
     "",
     "a / slash , a tab\tand\u00a0no-break space",
-    "The storm came .",  # a duplicate: embedded again, kept
+    "The storm came .",  # a repeated line: embedded again, kept
     "   ",
     "café 東京 🙂 مرحبا e\u0301 \"quotes\" <tags> back\\slash",
     "one",
@@ -74,7 +74,7 @@ def test_every_line_comes_back_in_order_with_the_biLMs_vectors(bilm, source, tmp
     expected = by_chunk(bilm, out := tmp_path / "out.h5", batch_size=4)
     whole = bilm.embed_sentences([line.split() for line in LINES], batch_size=4)
     for i, (tokens, array) in enumerate(emb):
-        assert tokens == LINES[i].split()  # any character, blank lines (no tokens), duplicates
+        assert tokens == LINES[i].split()  # any character, blank lines (no tokens), repeated lines
         # Bit for bit what embed_sentences gives on the sentences of the chunk (the same batches);
         # other batches differ by float rounding only.
         assert array.dtype == numpy.float32 and numpy.array_equal(array, expected[i]), i
