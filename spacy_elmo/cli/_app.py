@@ -22,7 +22,7 @@ import typer
 BAD_INPUT = 2
 DEBUG_ENV = "SPACY_ELMO_DEBUG"
 
-COMMANDS = "embed, download, neighbours, senses, pretrain, tokenise, plot, export, perplexity"
+COMMANDS = "embed, download, neighbours, senses, wsd, pretrain, tokenise, plot, export, perplexity"
 
 app = typer.Typer(
     help=f"ELMo for spaCy. Commands: {COMMANDS}. Each takes --help.",
@@ -34,7 +34,7 @@ app = typer.Typer(
 @app.callback()
 def _root() -> None:
     """ELMo for spaCy: embed text with a biLM (embed, neighbours, senses,
-    perplexity), get models (download), train your own (pretrain, export,
+    wsd, perplexity), get models (download), train your own (pretrain, export,
     plot)."""
 
 
