@@ -62,6 +62,9 @@ FLOORS = [
     ("layers", "spacy_elmo.layers", ("spacy_elmo.component", "spacy_elmo.cli")),
     ("senses", "spacy_elmo.senses", ("spacy_elmo.cli",)),
     ("component", "spacy_elmo.component", ("spacy_elmo.cli",)),
+    # corpus embedding: the biLM and numpy/h5py only (no spaCy: the command passes the tokenizer in)
+    ("embed", "spacy_elmo.embed", ("spacy", "thinc", "spacy_elmo.component", "spacy_elmo.layers", "spacy_elmo.cli",
+                                   "spacy_elmo.senses", "spacy_elmo.pretrain", "spacy_elmo.hub")),
 ]
 
 

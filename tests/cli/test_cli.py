@@ -112,9 +112,10 @@ def test_embed_output_maps_rows_to_tokens_and_names_the_model(tmp_path, parity_p
     out = tmp_path / "out.h5"
     result = invoke("embed", *MODEL, "-i", source, "-o", out, "--batch-size", "2")
     assert result.exit_code == 0, result.output
-    assert f"wrote 4 sentences to {out}" in result.stdout
-    assert not out.with_name("out.h5.partial").exists()
-    sentences, attrs = read_embeddings(out)
+    assert f"wrote 4 sentences (16 tokens) to {out}" in result.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.h5"]  # no work folder left
+    sentences = read_embeddings(out)
+    attrs = sentences.attrs
     assert [tokens for tokens, _ in sentences] == [
         ["The", "storm", "came", "."],
         [],
@@ -134,12 +135,8 @@ def test_embed_output_maps_rows_to_tokens_and_names_the_model(tmp_path, parity_p
     assert attrs["options_sha256"] == hashlib.sha256(parity_paths[1].read_bytes()).hexdigest()
     assert json.loads(attrs["options"]) == json.loads(parity_paths[1].read_text(encoding="utf-8"))
     assert attrs["tokenization"] == "spacy.blank('en').tokenizer" and attrs["input"] == str(source)
-    assert (attrs["layers"], attrs["dim"], attrs["sentences"]) == (3, 48, 4)
-    import h5py
-
-    with h5py.File(out, "r") as fin:  # the bilm-tf layout: dataset "i" is sentence i
-        assert numpy.array_equal(fin["2"][:], sentences[2][1])
-        assert fin["sentence"][:].tolist() == [0] * 4 + [2] * 11 + [3]
+    assert (attrs["layers"], attrs["dim"], attrs["sentences"]) == ("all", 48, 4)
+    assert sentences.lines.tolist() == [0, 1, 2, 3]
 
 
 def test_progress_embedder_runs_the_same_batches(parity_paths):
@@ -236,17 +233,19 @@ def test_embed_output_directory_is_checked_before_any_work(tmp_path, monkeypatch
     monkeypatch.setattr("spacy_elmo.cli.embed.load_model", no_work)
     missing = tmp_path / "no" / "such" / "out.h5"
     bad_input(invoke("embed", *MODEL, "-o", missing, input=TEXT), f"--output {missing}", "does not exist", "mkdir -p")
-    bad_input(invoke("embed", *MODEL, "-o", tmp_path, input=TEXT), f"--output {tmp_path} is a directory")
+    source = tmp_path / "in.txt"
+    source.write_text(TEXT, encoding="utf-8")
+    bad_input(invoke("embed", *MODEL, "-i", source, "-o", source), f"--output {source} is the input file")
 
 
 def test_embed_failure_leaves_no_output_file(tmp_path, monkeypatch):
-    def broken(self, sentences, batch_size):
+    def broken(self):
         raise OSError(28, "No space left on device", "x")
 
-    monkeypatch.setattr(ProgressEmbedder, "batches", broken)
+    monkeypatch.setattr("spacy_elmo.embed.run.PieceWriter.finish", broken)
     out = tmp_path / "out.h5"
-    bad_input(invoke("embed", *MODEL, "-o", out, input=TEXT), "No space left on device")
-    assert list(tmp_path.iterdir()) == []
+    bad_input(invoke("embed", *MODEL, "-o", out, input=TEXT), "No space left on device", "run the same command again")
+    assert not out.exists() and not list((tmp_path / "out.h5.work").glob("chunk-*"))
 
 
 def test_batch_size_zero_is_refused_by_name(tmp_path):
