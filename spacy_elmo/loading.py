@@ -26,10 +26,10 @@ from .bilm import BiLM
 from .bilm.formats import efml
 from .bilm.options import BiLMOptions, parameter_count
 from .bilm.weights import WeightFileError, read_checked
+from .hub import CacheError, DownloadError, ModelNotFoundError  # noqa: F401 (the errors of this module's functions)
 from .hub.families import check_zip
 from .hub.help import PYTHON, Wording
 from .hub.resolving import FILES, ZIP
-from .hub import CacheError, DownloadError, ModelNotFoundError  # noqa: F401 (the errors of this module's functions)
 
 PathLike = Union[str, Path]
 Checked = Tuple[BiLMOptions, Dict[str, numpy.ndarray]]
@@ -116,7 +116,9 @@ def _check_hdf5(path: Path, wording: Wording) -> None:
         )
 
 
-def check_weights(weights: Optional[PathLike], options: Optional[PathLike] = None, *, wording: Wording = PYTHON) -> None:
+def check_weights(
+    weights: Optional[PathLike], options: Optional[PathLike] = None, *, wording: Wording = PYTHON
+) -> None:
     """What can be told about ``weights``/``options`` without a download and
     without reading arrays: every rule of :func:`spacy_elmo.hub.locate`
     (unknown names, paths that do not exist, options that do not go with
@@ -125,7 +127,7 @@ def check_weights(weights: Optional[PathLike], options: Optional[PathLike] = Non
     ``add_pipe``."""
     found = locate(weights, options, wording)
     if found.kind == FILES and Path(found.weights).is_file():
-        BiLMOptions.from_file(found.options)
+        BiLMOptions.from_file(found.pair()[1])
     elif found.kind == ZIP:
         check_zip(Path(found.weights))
 

@@ -14,7 +14,6 @@ from spacy_elmo import BiLM, hub
 from spacy_elmo.bilm.formats import efml
 from spacy_elmo.cli import app
 from spacy_elmo.hub import families
-
 from tests.helpers.models import nlpl_bilm_tf_dir, zip_dir
 from tests.helpers.paths import FIXTURES, PARITY
 from tests.helpers.server import Server
@@ -117,7 +116,9 @@ def test_initialize_block(form_value):
 @pytest.mark.parametrize("form_value", list(FORMS), indirect=True)
 def test_command_line_model(form_value):
     value, reference = form_value
-    result = CliRunner().invoke(app, ["embed", "--model", value, "--whitespace", "--no-progress"], input=" ".join(WORDS) + "\n")
+    result = CliRunner().invoke(
+        app, ["embed", "--model", value, "--whitespace", "--no-progress"], input=" ".join(WORDS) + "\n"
+    )
     assert result.exit_code == 0, result.output
     n_layers, dim = reference.num_layers, reference.output_dim
     assert f"({n_layers}, {len(WORDS)}, {dim})" in result.stdout

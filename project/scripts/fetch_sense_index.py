@@ -1,7 +1,7 @@
 """WordNet 3.0's sense index for the paper's sense evaluation (``python -m
 spacy_elmo wsd --sense-index``): ``usr/share/wordnet/index.sense`` of
 Debian's ``wordnet-sense-index`` package (WordNet licence, Princeton
-University), fetched by ``registry_fetch.fetch_deb`` (sha256-pinned .deb)
+University), fetched by ``common.fetch_deb`` (sha256-pinned .deb)
 and written to OUTPUT. The file itself is pinned too (:data:`INDEX_SHA256`):
 if the archive no longer holds the pinned version and gives another, its
 index.sense must still be the same bytes, or the script stops.
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import typer
 
-import registry_fetch
+import common
 
 PACKAGE = "wordnet-sense-index"
-#: Known (version, sha256 of the .deb), in the order tried (see registry_fetch).
+#: Known (version, sha256 of the .deb), in the order tried (see common.fetch_deb).
 KNOWN = [("1:3.0-37", "b22c7d3100470d90f812acc224718e4bd362d7ca427766fa3e11013c8c7895cf")]
 MEMBER = "./usr/share/wordnet/index.sense"
 #: sha256 of WordNet 3.0's index.sense (206,941 lines, 7,294,043 bytes).
@@ -28,16 +28,20 @@ MAX_TAR_BYTES = 64 << 20
 
 def extract_index(deb: Path) -> bytes:
     """index.sense from the .deb's file tree (``dpkg-deb --fsys-tarfile``), bounded."""
-    proc = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, timeout=registry_fetch.CLIENT_TIMEOUT_S)
+    proc = subprocess.run(
+        ["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, timeout=common.CLIENT_TIMEOUT_S
+    )
     if proc.returncode != 0:
-        raise registry_fetch.FetchError(f"`dpkg-deb --fsys-tarfile {deb}` failed:\n{proc.stderr.decode(errors='replace')[-2000:]}")
+        raise common.FetchError(
+            f"`dpkg-deb --fsys-tarfile {deb}` failed:\n{proc.stderr.decode(errors='replace')[-2000:]}"
+        )
     if len(proc.stdout) > MAX_TAR_BYTES:
-        raise registry_fetch.FetchError(f"{deb}: its file tree is {len(proc.stdout)} bytes, more than {MAX_TAR_BYTES}")
+        raise common.FetchError(f"{deb}: its file tree is {len(proc.stdout)} bytes, more than {MAX_TAR_BYTES}")
     with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
         try:
             member = tar.getmember(MEMBER)
         except KeyError:
-            raise registry_fetch.FetchError(f"{deb}: no {MEMBER} in the package") from None
+            raise common.FetchError(f"{deb}: no {MEMBER} in the package") from None
         return tar.extractfile(member).read()
 
 
@@ -45,17 +49,19 @@ def main(
     output: Path = typer.Argument(Path("assets/wordnet/index.sense"), help="Where to write index.sense"),
     assets: Path = typer.Option(Path("assets"), help="Where to keep the downloaded .deb"),
 ) -> None:
-    deb = registry_fetch.fetch_deb(PACKAGE, KNOWN, assets)
+    deb = common.fetch_deb(PACKAGE, KNOWN, assets)
     data = extract_index(deb.path)
     digest = hashlib.sha256(data).hexdigest()
     if digest != INDEX_SHA256:
-        raise registry_fetch.FetchError(
+        raise common.FetchError(
             f"{PACKAGE} {deb.version}: index.sense has sha256 {digest}, not WordNet 3.0's {INDEX_SHA256}: "
             "the archive's package changed; check it before pinning the new version"
         )
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_bytes(data)
-    typer.echo(f"{output}: WordNet 3.0 index.sense from {PACKAGE} {deb.version} ({len(data)} bytes, sha256 {digest[:12]}…)")
+    typer.echo(
+        f"{output}: WordNet 3.0 index.sense from {PACKAGE} {deb.version} ({len(data)} bytes, sha256 {digest[:12]}…)"
+    )
 
 
 if __name__ == "__main__":

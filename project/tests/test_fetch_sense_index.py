@@ -4,10 +4,10 @@ import hashlib
 import shutil
 import subprocess
 
+import fetch_sense_index
 import pytest
 
-import fetch_sense_index
-import registry_fetch
+import common
 
 pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb (a Debian machine)")
 
@@ -22,7 +22,7 @@ def build_deb(tmp_path, index: bytes):
         "Description: test\n", encoding="utf-8")
     (root / "usr/share/wordnet").mkdir(parents=True)
     (root / "usr/share/wordnet/index.sense").write_bytes(index)
-    deb = tmp_path / "assets" / registry_fetch.deb_filename("wordnet-sense-index", "1:3.0-37")
+    deb = tmp_path / "assets" / common.deb_filename("wordnet-sense-index", "1:3.0-37")
     deb.parent.mkdir()
     subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(root), str(deb)], check=True, capture_output=True)
     return deb
@@ -42,7 +42,7 @@ def test_a_changed_file_stops(tmp_path, monkeypatch):
     deb = build_deb(tmp_path, INDEX + b"extra%1:00:00:: 1 1 0\n")
     monkeypatch.setattr(fetch_sense_index, "KNOWN", [("1:3.0-37", hashlib.sha256(deb.read_bytes()).hexdigest())])
     monkeypatch.setattr(fetch_sense_index, "INDEX_SHA256", hashlib.sha256(INDEX).hexdigest())
-    with pytest.raises(registry_fetch.FetchError, match="index.sense has sha256 .* not WordNet 3.0's"):
+    with pytest.raises(common.FetchError, match="index.sense has sha256 .* not WordNet 3.0's"):
         fetch_sense_index.main(tmp_path / "index.sense", deb.parent)
     assert not (tmp_path / "index.sense").exists()
 
@@ -50,5 +50,5 @@ def test_a_changed_file_stops(tmp_path, monkeypatch):
 def test_pinned_deb_checksum_is_enforced(tmp_path, monkeypatch):
     deb = build_deb(tmp_path, INDEX)
     monkeypatch.setattr(fetch_sense_index, "KNOWN", [("1:3.0-37", "0" * 64)])
-    with pytest.raises(registry_fetch.FetchError, match="does not match the expected"):
+    with pytest.raises(common.FetchError, match="does not match the expected"):
         fetch_sense_index.main(tmp_path / "index.sense", deb.parent)

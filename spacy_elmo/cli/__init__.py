@@ -6,11 +6,11 @@ One dialect for every command (see docs/cli.md): the biLM is ``--model``
 show a progress bar on stderr (``--progress/--no-progress``), and bad input
 ends in one ``error: ...`` line and exit code 2 (one handler, in ``_app``).
 The modules: ``_app`` (the app, the handler, the shared options), ``inputs``
-(text, tokens, the model, progress), ``embed_file`` (``embed -o``'s file),
-and the commands by topic: ``embed``, ``senses``, ``pretrain``.
+(text, tokens, the model, progress), and the commands by topic: ``embed``,
+``senses``, ``pretrain``. ``embed -o`` runs :mod:`spacy_elmo.embed`.
 """
+from ..embed import read_embeddings
+from . import embed, pretrain, senses  # noqa: F401,E402  (register the commands, in help order)
 from ._app import BAD_INPUT, InputError, app, main
-from . import embed, senses, pretrain  # noqa: F401,E402  (register the commands, in help order)
-from .embed_file import read_embeddings
 
 __all__ = ["BAD_INPUT", "InputError", "app", "main", "read_embeddings"]

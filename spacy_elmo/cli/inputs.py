@@ -6,7 +6,7 @@ Choices:
 * Text is read as bytes, a line at a time, and decoded as strict UTF-8 (a
   byte-order mark at the start is dropped). A NUL byte, undecodable bytes or
   a line longer than :data:`MAX_LINE_CHARS` characters stop the command with
-  an :class:`~._app.InputError` naming the file, the line and what to do,
+  a :class:`~spacy_elmo.embed.lines.LineError` naming the file, the line and what to do,
   before anything is embedded from a bad file: nothing is skipped silently.
   Lines are kept as they are, so sentence ``i`` is line ``i`` (0-based; an
   empty line is an empty sentence).
@@ -18,17 +18,17 @@ Choices:
   a tqdm bar on stderr, with the batches ``BiLM.embed_sentences`` would make
   (the same length-sorted rows), so its outputs are the same arrays.
 """
-import hashlib
+
 import sys
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy
 
+from ..embed.lines import MAX_LINE_CHARS, decode_line, raw_lines  # noqa: F401  (MAX_LINE_CHARS: named here too)
+from ..embed.run import sha256_file
 from ._app import MODEL_WORDING, InputError
 
-#: Longest line read, in characters (a sentence a line: longer is not a sentence).
-MAX_LINE_CHARS = 100_000
 STDIN = "<stdin>"
 
 
@@ -56,7 +56,9 @@ def output_file(path: Optional[Path], setting: str) -> Optional[Path]:
     if path.is_dir():
         raise InputError(f"{setting} {path} is a directory: give a file name")
     if not folder.is_dir():
-        raise InputError(f"{setting} {path}: the directory {folder} does not exist; create it first (mkdir -p {folder})")
+        raise InputError(
+            f"{setting} {path}: the directory {folder} does not exist; create it first (mkdir -p {folder})"
+        )
     if not _writable(folder):
         raise InputError(f"{setting} {path}: the directory {folder} is not writable")
     return path
@@ -70,49 +72,23 @@ def _writable(folder: Path) -> bool:
 
 def read_lines(path: Optional[Path], setting: str = "--input") -> Iterator[str]:
     """The lines of ``path`` (or stdin), without line ends, checked as the
-    module docstring says."""
+    module docstring says (:mod:`spacy_elmo.embed.lines`)."""
     name = str(path) if path is not None else STDIN
+    where = f"{setting} {name}"
     if path is not None:
-        stream = open(path, "rb")
+        with open(path, "rb") as stream:
+            yield from _decoded(raw_lines(stream, where), where)
+        return
+    stdin_bytes = getattr(sys.stdin, "buffer", None)
+    if stdin_bytes is None:  # a text stream without bytes underneath
+        yield from _decoded((line.encode("utf-8") for line in sys.stdin), where)
     else:
-        stream = getattr(sys.stdin, "buffer", None)
-        if stream is None:  # a text stream without bytes underneath
-            yield from _checked(name, (line.encode("utf-8") for line in sys.stdin), setting)
-            return
-    try:
-        yield from _checked(name, _bounded_lines(stream), setting)
-    finally:
-        if path is not None:
-            stream.close()
+        yield from _decoded(raw_lines(stdin_bytes, where), where)
 
 
-def _bounded_lines(stream) -> Iterator[bytes]:
-    limit = 4 * MAX_LINE_CHARS  # bytes: a UTF-8 character takes at most 4
-    while True:
-        raw = stream.readline(limit + 1)
-        if not raw:
-            return
-        yield raw
-
-
-def _checked(name: str, raws: Iterable[bytes], setting: str) -> Iterator[str]:
+def _decoded(raws: Iterable[bytes], where: str) -> Iterator[str]:
     for number, raw in enumerate(raws, 1):
-        where = f"{setting} {name}, line {number}"
-        if b"\x00" in raw:
-            raise InputError(f"{where}: a NUL byte: this is a binary file, not text. Give UTF-8 text, one sentence a line")
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise InputError(
-                f"{where}: not UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1}: {err.reason}). "
-                "The text must be UTF-8; convert it first, e.g. from latin-1: iconv -f latin1 -t utf-8 FILE > FILE.utf8"
-            ) from None
-        if number == 1:
-            line = line.lstrip("\ufeff")
-        line = line.rstrip("\r\n")
-        if len(line) > MAX_LINE_CHARS or (len(raw) > 4 * MAX_LINE_CHARS and not raw.endswith(b"\n")):
-            raise InputError(f"{where}: longer than {MAX_LINE_CHARS:,} characters. Give one sentence a line")
-        yield line
+        yield decode_line(raw, number, where)
 
 
 # ------------------------------------------------------------------ tokens
@@ -126,8 +102,10 @@ def tokenizer(lang: str, whitespace: bool) -> Callable[[Iterable[str]], Iterator
     try:
         nlp = spacy.blank(lang)
     except (ImportError, KeyError) as err:
-        raise InputError(f"--lang {lang!r}: spaCy has no such language ({err}). Use a spaCy language code such as en, de, fr") from None
-    spacy_tokenizer = nlp.tokenizer
+        raise InputError(
+            f"--lang {lang!r}: spaCy has no such language ({err}). Use a spaCy language code such as en, de, fr"
+        ) from None
+    spacy_tokenizer: Any = nlp.tokenizer
 
     def tokenize(lines: Iterable[str]) -> Iterator[List[str]]:
         for doc in spacy_tokenizer.pipe(lines, batch_size=256):
@@ -158,14 +136,6 @@ def model_files(model: Optional[str], options: Optional[str]) -> Tuple[Path, Pat
     return resolve(model, options, progress=False, wording=MODEL_WORDING)
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fin:
-        for block in iter(lambda: fin.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def model_identity(model: Optional[str], options: Optional[str]) -> Dict[str, str]:
     """What identifies the biLM an output came from: the ``--model`` as given
     (``english`` for the default), the SHA-256 of its weights and options
@@ -190,7 +160,9 @@ class ProgressEmbedder:
         self.progress = progress
         self.desc = desc
 
-    def batches(self, sentences: Sequence[Sequence[str]], batch_size: int) -> Iterator[Tuple[List[int], List[numpy.ndarray]]]:
+    def batches(
+        self, sentences: Sequence[Sequence[str]], batch_size: int
+    ) -> Iterator[Tuple[List[int], List[numpy.ndarray]]]:
         """(rows, arrays) per batch, in the order the biLM runs them; empty
         sentences come last, in one batch."""
         from tqdm import tqdm
@@ -201,7 +173,9 @@ class ProgressEmbedder:
             raise InputError(f"--batch-size must be >= 1, found {batch_size}")
         sentences = [list(s) for s in sentences]
         stateful = getattr(self.bilm, "stateful", False)
-        with tqdm(total=len(sentences), desc=self.desc, unit=" sentences", disable=not self.progress, file=sys.stderr) as bar:
+        with tqdm(
+            total=len(sentences), desc=self.desc, unit=" sentences", disable=not self.progress, file=sys.stderr
+        ) as bar:
             for rows in batch_rows(sentences, batch_size, by_length=not stateful):
                 yield rows, self.bilm.embed_sentences([sentences[i] for i in rows], batch_size=len(rows))
                 bar.update(len(rows))

@@ -32,15 +32,15 @@ outside file and does not check the setting again. In Python,
 """
 from itertools import islice
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union, cast
 
 import numpy
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples, validate_get_examples
-from spacy.vocab import Vocab
 from spacy.util import minibatch
+from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from ..bilm import BiLM
@@ -168,7 +168,9 @@ class Elmo(ListenerHost, TrainablePipe):
         buffer_tokens: int = 16384,
     ) -> None:
         if isinstance(buffer_tokens, bool) or not isinstance(buffer_tokens, int) or buffer_tokens < 0:
-            raise ValueError(f"the elmo component's buffer_tokens must be an integer >= 0 (0: off), found {buffer_tokens!r}")
+            raise ValueError(
+                f"the elmo component's buffer_tokens must be an integer >= 0 (0: off), found {buffer_tokens!r}"
+            )
         if store not in STORES:
             raise ValueError(f"store must be one of {STORES}, found {store!r}")
         if dtype not in DTYPES:
@@ -176,7 +178,7 @@ class Elmo(ListenerHost, TrainablePipe):
         self.vocab = vocab
         self.model = model
         self.name = name
-        self.cfg = {"store": store, "dtype": dtype, "mix": None if mix is None else list(mix)}
+        self.cfg: Dict[str, Any] = {"store": store, "dtype": dtype, "mix": None if mix is None else list(mix)}
         #: No biLM gradients in ``update`` (the listeners still get the layers).
         self.frozen = frozen
         self.listener_map = {}
@@ -203,7 +205,9 @@ class Elmo(ListenerHost, TrainablePipe):
         for listener in self.listeners:
             self._set_listener_dims(listener)
 
-    def load_weights(self, weights: Optional[Union[str, Path]] = None, options: Optional[Union[str, Path]] = None) -> None:
+    def load_weights(
+        self, weights: Optional[Union[str, Path]] = None, options: Optional[Union[str, Path]] = None
+    ) -> None:
         """The one route of weights into the component: ``[initialize.components.elmo]``,
         the factory's ``weights``, first use before ``nlp.initialize()`` and
         :func:`add_elmo` all call it. ``weights`` (and ``options``): a name,
@@ -253,7 +257,8 @@ class Elmo(ListenerHost, TrainablePipe):
 
     def _predict_layers(self, docs: List[Doc]) -> List[numpy.ndarray]:
         cache = None if self.fine_tunes else self.output_cache
-        return self.model.predict(docs) if cache is None else cache.predict(self.model, docs)
+        layers = self.model.predict(docs) if cache is None else cache.predict(self.model, docs)
+        return cast(List[numpy.ndarray], layers)  # thinc's Floats3d: numpy (or cupy) arrays
 
     def set_annotations(self, docs: Sequence[Doc], layers: List[numpy.ndarray]) -> None:
         store, dtype, mix = self.cfg["store"], self.cfg["dtype"], self.cfg["mix"]
@@ -334,7 +339,7 @@ class Elmo(ListenerHost, TrainablePipe):
     def fine_tunes(self) -> bool:
         """Whether ``update`` fine-tunes the biLM: not :attr:`frozen`, and a
         listener has ``grad_factor > 0``."""
-        return not self.frozen and any(l.attrs["grad_factor"] > 0 for l in self.listeners)
+        return not self.frozen and any(listener.attrs["grad_factor"] > 0 for listener in self.listeners)
 
     def finish_update(self, sgd: Optimizer) -> None:
         if not self.frozen:
@@ -426,8 +431,10 @@ def add_elmo(
             "in one place"
         )
     if given:
-        config.update(weights=None if weights is None else str(weights), options=None if options is None else str(options))
-    component = nlp.add_pipe("elmo", name=name, config=config, **add_pipe_kwargs)
+        config.update(
+            weights=None if weights is None else str(weights), options=None if options is None else str(options)
+        )
+    component = cast(Elmo, nlp.add_pipe("elmo", name=name, config=config, **add_pipe_kwargs))
     try:
         if bilm is not None:
             component.set_bilm(bilm)

@@ -84,7 +84,8 @@ def efml_id(lang: str) -> int:
     key = lang.strip().lower()
     if key not in EFML_LANGUAGES:
         raise ModelNotFoundError(
-            f"no ELMoForManyLangs model for {lang if len(lang) <= 20 else lang[:20] + '...'!r}; languages: {', '.join(EFML_LANGUAGES)}"
+            f"no ELMoForManyLangs model for {lang if len(lang) <= 20 else lang[:20] + '...'!r}; "
+            f"languages: {', '.join(EFML_LANGUAGES)}"
         )
     return EFML_FIRST_ID + EFML_LANGUAGES.index(key)
 
@@ -146,7 +147,10 @@ def resolve_name(value: str, *, check: Optional[Check] = None, progress: bool = 
 def resolve_zip_url(url: str, *, check: Optional[Check] = None, progress: bool = True) -> Tuple[Path, Path]:
     cached = url_cache_path(url)
     dest = cached.with_name(cached.name[: -len(".zip")] if cached.name.lower().endswith(".zip") else cached.name + ".d")
-    offline = f"To work offline, download {url} where you are online and give the zip (or the directory it unpacks to) as the weights."
+    offline = (
+        f"To work offline, download {url} where you are online and give the zip (or the directory it unpacks to) "
+        "as the weights."
+    )
     return fetch_zip(url, dest, check=check, progress=progress, offline=offline)
 
 
@@ -179,7 +183,9 @@ def fetch_zip(url: str, dest: Path, *, check: Optional[Check], progress: bool, o
     try:
         with locked(dest.parent / f".{dest.name}.lock", progress=progress):
             if not dest.is_dir():  # again: another process may have finished
-                temp = download_to_temp(url, dest.parent / (dest.name + ".zip"), progress=progress, max_bytes=MAX_ZIP_BYTES)
+                temp = download_to_temp(
+                    url, dest.parent / (dest.name + ".zip"), progress=progress, max_bytes=MAX_ZIP_BYTES
+                )
                 try:
                     _unpack_checked(temp, dest, check)
                 except (ValueError, OSError) as err:
@@ -232,7 +238,9 @@ def safe_unpack(archive: Path, target: Path) -> None:
         for info, parts in members:
             dest = (root / Path(*parts)).resolve()
             if root not in dest.parents:
-                raise UnsafeArchiveError(f"{archive}: member {info.filename!r:.200} would be written outside the directory")
+                raise UnsafeArchiveError(
+                    f"{archive}: member {info.filename!r:.200} would be written outside the directory"
+                )
             dest.parent.mkdir(parents=True, exist_ok=True)
             member_written = 0
             with zf.open(info) as src, open(dest, "xb") as out:
@@ -244,7 +252,8 @@ def safe_unpack(archive: Path, target: Path) -> None:
                     member_written += len(chunk)
                     if member_written > info.file_size:
                         raise UnsafeArchiveError(
-                            f"{archive}: member {info.filename!r:.200} holds more than the {info.file_size:,} bytes it declares"
+                            f"{archive}: member {info.filename!r:.200} holds more than the {info.file_size:,} "
+                            "bytes it declares"
                         )
                     if written > MAX_UNPACKED_BYTES:
                         raise UnsafeArchiveError(f"{archive} unpacks to more than {MAX_UNPACKED_BYTES:,} bytes")
@@ -338,4 +347,3 @@ def is_efml_dir(path: object) -> bool:
 
 def is_zip_path(value: object) -> bool:
     return isinstance(value, (str, Path)) and str(value).lower().endswith(".zip")
-

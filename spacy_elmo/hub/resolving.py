@@ -38,7 +38,14 @@ from typing import Optional, Tuple, Union
 from . import families
 from .help import PYTHON, Wording
 from .names import (
-    PUBLISHED_MODELS, SHIPPED_NAMES, ModelNotFoundError, PathLike, download, fetch, is_url, shipped_model,
+    PUBLISHED_MODELS,
+    SHIPPED_NAMES,
+    ModelNotFoundError,
+    PathLike,
+    download,
+    fetch,
+    is_url,
+    shipped_model,
 )
 from .transport import Check, CheckOptions, check_url, redact
 
@@ -68,6 +75,12 @@ class Located:
     weights: Union[str, Path]
     options: Optional[Union[str, Path]] = None
 
+    def pair(self) -> Tuple[Union[str, Path], Union[str, Path]]:
+        """``(weights, options)`` of the kinds that name both (:data:`FILES`, :data:`URLS`)."""
+        if self.options is None:
+            raise ValueError(f"{self.weights}: a {self.kind} source names no options file")
+        return self.weights, self.options
+
 
 def resolve(
     weights: Optional[PathLike] = None,
@@ -87,10 +100,14 @@ def resolve(
     file name ends in ``weights.hdf5`` with the matching ``options.json``
     beside it (``x_weights.hdf5`` -> ``x_options.json``, or ``options.json``).
     """
-    return obtain(locate(weights, options, wording=wording), check=check, check_options=check_options, progress=progress)
+    return obtain(
+        locate(weights, options, wording=wording), check=check, check_options=check_options, progress=progress
+    )
 
 
-def locate(weights: Optional[PathLike] = None, options: Optional[PathLike] = None, *, wording: Wording = PYTHON) -> Located:
+def locate(
+    weights: Optional[PathLike] = None, options: Optional[PathLike] = None, *, wording: Wording = PYTHON
+) -> Located:
     """What ``weights`` and ``options`` name, with every rule about them
     applied and no download: the one home of those rules (options without
     weights, options given with a name, a directory or a zip, unknown
@@ -98,7 +115,9 @@ def locate(weights: Optional[PathLike] = None, options: Optional[PathLike] = Non
     the entry point (``wording``)."""
     for value, setting in ((weights, wording.weights), (options, wording.options)):
         if value is not None and not isinstance(value, (str, Path)):
-            raise ModelNotFoundError(f"{setting} must be a name, path or URL (a string), found {type(value).__name__} {value!r:.80}")
+            raise ModelNotFoundError(
+                f"{setting} must be a name, path or URL (a string), found {type(value).__name__} {value!r:.80}"
+            )
     if weights is None:
         if options is not None:
             raise ValueError(wording.options_without_weights())
@@ -130,17 +149,23 @@ def locate(weights: Optional[PathLike] = None, options: Optional[PathLike] = Non
         options = _options_for(options, path, wording)
         return Located(URLS if is_url(options) else FILES, path, options)
     raise ModelNotFoundError(
-        f"{wording.weights} {_shown(weights)} is neither a model name nor an existing file or directory. {wording.advice}"
+        f"{wording.weights} {_shown(weights)} is neither a model name nor an existing file or directory. "
+        f"{wording.advice}"
     )
 
 
 def obtain(
-    found: Located, *, check: Optional[Check] = None, check_options: Optional[CheckOptions] = None, progress: bool = True
+    found: Located,
+    *,
+    check: Optional[Check] = None,
+    check_options: Optional[CheckOptions] = None,
+    progress: bool = True,
 ) -> Tuple[Path, Path]:
     """The local ``(weights, options)`` of what :func:`locate` found,
     fetched into the cache first where they are not there yet."""
     if found.kind == FILES:
-        return Path(found.weights), Path(found.options)
+        weights, options = found.pair()
+        return Path(weights), Path(options)
     if found.kind == PUBLISHED:
         return download(str(found.weights), check=check, check_options=check_options, progress=progress)
     if found.kind == FAMILY:
@@ -149,7 +174,7 @@ def obtain(
         return families.resolve_zip_url(str(found.weights), check=check, progress=progress)
     if found.kind == ZIP:
         return families.resolve_local_zip(Path(found.weights), check=check)
-    return fetch(found.weights, found.options, check=check, check_options=check_options, progress=progress)
+    return fetch(*found.pair(), check=check, check_options=check_options, progress=progress)
 
 
 def _shown(value: PathLike) -> str:
@@ -175,7 +200,9 @@ def _options_for(options: Optional[PathLike], weights: PathLike, wording: Wordin
     if path.is_dir():
         raise ModelNotFoundError(f"{wording.options} {path} is a directory; give the options JSON file")
     if not path.is_file():
-        raise ModelNotFoundError(f"{wording.options} {_shown(options)}: no such file; give the options JSON of the weights")
+        raise ModelNotFoundError(
+            f"{wording.options} {_shown(options)}: no such file; give the options JSON of the weights"
+        )
     return path
 
 
@@ -201,8 +228,10 @@ def _sibling_options(weights: Path, wording: Wording = PYTHON, in_directory: boo
         if candidate.is_file():
             return candidate
     fix = (
-        f"put its options.json beside it, or give {wording.weights} = the weights file and {wording.options} = its options JSON"
-        if in_directory else f"give {wording.options} = the options JSON of the weights"
+        f"put its options.json beside it, or give {wording.weights} = the weights file and "
+        f"{wording.options} = its options JSON"
+        if in_directory
+        else f"give {wording.options} = the options JSON of the weights"
     )
     raise OptionsNotFoundError(
         f"no options JSON next to {weights} (looked for {', '.join(c.name for c in candidates)}): {fix}", weights

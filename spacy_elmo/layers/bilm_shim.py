@@ -30,8 +30,8 @@ from thinc.api import Model, PyTorchShim, get_torch_default_device
 from ..bilm import BiLM, BiLMOptions, OptionsError, WeightFileError
 from ..bilm.family import FAMILY_BILM_TF
 from ..bilm.fast.engine import check_precision
-from ..bilm.formats import efml
 from ..bilm.fast.token_cache import check_token_cache_size
+from ..bilm.formats import efml
 from ..bilm.weights import read_datasets, save_hdf5
 from ..hub.help import HOW_TO_GIVE_WEIGHTS
 
@@ -84,7 +84,9 @@ def _check_checksum(msg: Dict[str, Any], where: str) -> None:
     vocabularies) saved with it."""
     saved = msg.get("sha256")
     if not isinstance(saved, str):
-        raise WeightFileError(f"{where} carries no SHA-256 checksum of its weights and options (field 'sha256'); {RESAVE}")
+        raise WeightFileError(
+            f"{where} carries no SHA-256 checksum of its weights and options (field 'sha256'); {RESAVE}"
+        )
     try:
         actual = bilm_checksum(msg["options"], msg["weights"], msg.get("vocabulary"))
     except (TypeError, ValueError) as err:  # fields that are not JSON (crafted)
@@ -192,4 +194,6 @@ def get_bilm(model: Model) -> BiLM:
 
 
 def set_bilm(model: Model, bilm: BiLM) -> None:
-    model.shims[0].set_bilm(bilm)
+    shim = model.shims[0]
+    assert isinstance(shim, BiLMShim)
+    shim.set_bilm(bilm)

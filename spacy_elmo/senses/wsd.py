@@ -61,9 +61,10 @@ import math
 import os
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union, cast
 from xml.parsers import expat
 
 import numpy
@@ -139,7 +140,9 @@ def _read_bounded(path: Path, limit: int, what: str) -> bytes:
             raise
         raise WSDDataError(f"{path}: not a readable gzip file ({err})") from None
     if len(data) > limit:
-        raise WSDDataError(f"{path}: more than {limit} bytes{' decompressed' if gzipped else ''}, more than a {what} may hold")
+        raise WSDDataError(
+            f"{path}: more than {limit} bytes{' decompressed' if gzipped else ''}, more than a {what} may hold"
+        )
     return data
 
 
@@ -156,7 +159,7 @@ def _normal_lemma(lemma: str) -> str:
 def _parse_xml(path: Path, data: bytes) -> Tuple[List[List[str]], List[Instance]]:
     sentences: List[List[str]] = []
     instances: List[Instance] = []
-    state = {"tokens": None, "element": None, "attrs": None, "text": []}
+    state: Dict[str, Any] = {"tokens": None, "element": None, "attrs": None, "text": []}
     parser = expat.ParserCreate()
 
     def fail(message: str):
@@ -208,8 +211,16 @@ def _parse_xml(path: Path, data: bytes) -> Tuple[List[List[str]], List[Instance]
             tokens = state["tokens"]
             if name == "instance":
                 attrs = state["attrs"]
-                instances.append(Instance(attrs["id"].strip(), _normal_lemma(attrs["lemma"]), attrs["pos"], len(sentences),
-                                          len(tokens), len(tokens) + len(parts)))
+                instances.append(
+                    Instance(
+                        attrs["id"].strip(),
+                        _normal_lemma(attrs["lemma"]),
+                        attrs["pos"],
+                        len(sentences),
+                        len(tokens),
+                        len(tokens) + len(parts),
+                    )
+                )
             tokens.extend(parts)
             state["element"] = None
 
@@ -221,7 +232,9 @@ def _parse_xml(path: Path, data: bytes) -> Tuple[List[List[str]], List[Instance]
     try:
         parser.Parse(data, True)
     except expat.ExpatError as err:
-        raise WSDDataError(f"{path}:{err.lineno}: not well-formed XML ({expat.errors.messages[err.code]}, column {err.offset})") from None
+        raise WSDDataError(
+            f"{path}:{err.lineno}: not well-formed XML ({expat.errors.messages[err.code]}, column {err.offset})"
+        ) from None
     if not instances:
         raise WSDDataError(f"{path}: no <instance> in the file: is it a *.data.xml of the framework's format?")
     return sentences, instances
@@ -253,26 +266,32 @@ def _read_keys(path: Path, instances: List[Instance], data_path: Path) -> Tuple[
     data = _read_bounded(path, MAX_KEY_BYTES, "gold key file")
     by_id = {inst.id: i for i, inst in enumerate(instances)}
     if len(by_id) != len(instances):
-        seen = set()
-        twice = next(inst.id for inst in instances if inst.id in seen or seen.add(inst.id))
+        twice = next(i for i, n in Counter(inst.id for inst in instances).items() if n > 1)
         raise WSDDataError(f"{data_path}: the instance id {twice!r} is used twice")
     keys: Dict[str, Tuple[str, ...]] = {}
     for number, fields in _key_lines(path, data):
         if len(fields) < 2:
-            raise WSDDataError(f"{path}:{number}: a line reads 'INSTANCE_ID SENSE_KEY [SENSE_KEY ...]', found {' '.join(fields)!r}")
+            raise WSDDataError(
+                f"{path}:{number}: a line reads 'INSTANCE_ID SENSE_KEY [SENSE_KEY ...]', found {' '.join(fields)!r}"
+            )
         ident, senses = fields[0], tuple(fields[1:])
         if ident not in by_id:
-            raise WSDDataError(f"{path}:{number}: instance {ident!r} is not in {data_path}: is this the key file of that data?")
+            raise WSDDataError(
+                f"{path}:{number}: instance {ident!r} is not in {data_path}: is this the key file of that data?"
+            )
         if ident in keys:
             raise WSDDataError(f"{path}:{number}: instance {ident!r} has a second line")
         bad = [k for k in senses if key_pos(k) is None]
         if bad:
-            raise WSDDataError(f"{path}:{number}: {bad[0]!r} is not a WordNet sense key (lemma%ss_type:lex_filenum:lex_id:...)")
+            raise WSDDataError(
+                f"{path}:{number}: {bad[0]!r} is not a WordNet sense key (lemma%ss_type:lex_filenum:lex_id:...)"
+            )
         keys[ident] = senses
     missing = [inst.id for inst in instances if inst.id not in keys]
     if missing:
         raise WSDDataError(
-            f"{path}: no sense for {len(missing)} of the {len(instances)} instances of {data_path} (e.g. {missing[0]}): "
+            f"{path}: no sense for {len(missing)} of the {len(instances)} instances of {data_path} (e.g. "
+            f"{missing[0]}): "
             "is this the key file of that data?"
         )
     return [Instance(i.id, i.lemma, i.pos, i.sentence, i.start, i.end, keys[i.id]) for i in instances], data
@@ -330,13 +349,18 @@ def find_sets(path: PathLike, role: str = "test") -> List[Path]:
         if (path / sub).is_dir():
             path = path / sub
             break
-    found = sorted(p for pattern in ("*", "*/*") for suffix in _DATA_SUFFIXES for p in path.glob(pattern + suffix) if p.is_file())
+    found = sorted(
+        p for pattern in ("*", "*/*") for suffix in _DATA_SUFFIXES for p in path.glob(pattern + suffix) if p.is_file()
+    )
     if not found:
         raise WSDDataError(f"{path}: no *.data.xml or *.data.xml.gz in the directory or its subdirectories")
     if role != "test" and len(found) > 1:
         semcor = [p for p in found if set_name(p).lower() == "semcor"]
         if len(semcor) != 1:
-            raise WSDDataError(f"{path}: {len(found)} data files ({', '.join(p.name for p in found)}): name the training files one by one")
+            raise WSDDataError(
+                f"{path}: {len(found)} data files ({', '.join(p.name for p in found)}): name the training files one "
+                "by one"
+            )
         found = semcor
     return found
 
@@ -362,8 +386,11 @@ def read_sense_index(path: PathLike) -> SenseIndex:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(
-            2, "no such file: WordNet's index.sense is needed (Debian's wordnet-sense-index package, "
-            "usr/share/wordnet/index.sense; the project fetches it: `python -m weasel run fetch-sense-index` in project/)", str(path)
+            2,
+            "no such file: WordNet's index.sense is needed (Debian's wordnet-sense-index package, "
+            "usr/share/wordnet/index.sense; the project fetches it: `python -m weasel run fetch-sense-index` in "
+            "project/)",
+            str(path),
         )
     data = _read_bounded(path, MAX_INDEX_BYTES, "sense index")
     numbers: Dict[str, int] = {}
@@ -371,7 +398,10 @@ def read_sense_index(path: PathLike) -> SenseIndex:
     for number, fields in _key_lines(path, data):
         where = f"{path}:{number}"
         if len(fields) != 4 or not (fields[1].isdigit() and fields[2].isdigit() and fields[3].isdigit()):
-            raise WSDDataError(f"{where}: a line of index.sense reads 'sense_key offset sense_number tag_count', found {' '.join(fields)[:200]!r}")
+            raise WSDDataError(
+                f"{where}: a line of index.sense reads 'sense_key offset sense_number tag_count', found "
+                f"{' '.join(fields)[:200]!r}"
+            )
         key, sense = fields[0], int(fields[2])
         lemma_pos = key_pos(key)
         if lemma_pos is None or sense < 1:
@@ -412,7 +442,11 @@ def model_digest(bilm) -> str:
         digest.update(array.tobytes())
     vocabulary = getattr(bilm, "vocabulary", None)
     if vocabulary is not None:
-        digest.update(json.dumps([sorted(vocabulary.chars.items()), sorted((vocabulary.words or {}).items()), vocabulary.max_chars]).encode())
+        digest.update(
+            json.dumps(
+                [sorted(vocabulary.chars.items()), sorted((vocabulary.words or {}).items()), vocabulary.max_chars]
+            ).encode()
+        )
     return digest.hexdigest()
 
 
@@ -424,7 +458,9 @@ def data_digest(sets: Sequence[WSDSet]) -> str:
     return digest.hexdigest()
 
 
-def _embedded(bilm, sentences: Sequence[Sequence[str]], batch_size: int, progress: bool, desc: str) -> Iterator[Tuple[int, numpy.ndarray]]:
+def _embedded(
+    bilm, sentences: Sequence[Sequence[str]], batch_size: int, progress: bool, desc: str
+) -> Iterator[Tuple[int, numpy.ndarray]]:
     """``(sentence number, (L+1, n, dim) array)`` for every sentence, by
     the biLM's ``iter_embeddings`` (length-sorted batches, one held at a
     time) or, for a stand-in without it, ``embed_sentences`` in chunks."""
@@ -438,7 +474,9 @@ def _embedded(bilm, sentences: Sequence[Sequence[str]], batch_size: int, progres
             return
         chunk = max(batch_size, 1024)
         for begin in range(0, len(sentences), chunk):
-            for offset, layers in enumerate(bilm.embed_sentences(sentences[begin:begin + chunk], batch_size=batch_size)):
+            for offset, layers in enumerate(
+                bilm.embed_sentences(sentences[begin : begin + chunk], batch_size=batch_size)
+            ):
                 yield begin + offset, layers
                 bar.update(1)
 
@@ -448,14 +486,16 @@ def compute_centroids(bilm, train: Sequence[WSDSet], batch_size: int = 64, progr
     per layer (float64 sums, float32 centroids)."""
     keys = sorted({k for s in train for inst in s.instances for k in inst.keys})
     row = {k: i for i, k in enumerate(keys)}
-    sums = None
+    sums: Optional[numpy.ndarray] = None
     counts = numpy.zeros(len(keys), dtype=numpy.int64)
     for s in train:
         by_sentence: Dict[int, List[Instance]] = {}
         for inst in s.instances:
             by_sentence.setdefault(inst.sentence, []).append(inst)
         wanted = sorted(by_sentence)
-        for position, layers in _embedded(bilm, [s.sentences[i] for i in wanted], batch_size, progress, f"embedding {s.name}"):
+        for position, layers in _embedded(
+            bilm, [s.sentences[i] for i in wanted], batch_size, progress, f"embedding {s.name}"
+        ):
             if sums is None:
                 sums = numpy.zeros((len(keys), layers.shape[0], layers.shape[2]), dtype=numpy.float64)
             for inst in by_sentence[wanted[position]]:
@@ -463,6 +503,8 @@ def compute_centroids(bilm, train: Sequence[WSDSet], batch_size: int = 64, progr
                 for k in inst.keys:
                     sums[row[k]] += vector
                     counts[row[k]] += 1
+    if sums is None:
+        raise ValueError("the training sets hold no sense-tagged instance: nothing to make centroids of")
     vectors = (sums / counts[:, None, None]).astype(numpy.float32)
     return Centroids(keys, counts, vectors)
 
@@ -487,7 +529,13 @@ def load_cached(path: Path, meta: Dict) -> Optional[Centroids]:
             keys, counts, vectors = [str(k) for k in npz["keys"]], npz["counts"], npz["vectors"]
     except (OSError, ValueError, KeyError):
         return None
-    if stored != meta or vectors.ndim != 3 or vectors.shape[0] != len(keys) or counts.shape != (len(keys),) or vectors.shape[1] != meta["layers"]:
+    if (
+        stored != meta
+        or vectors.ndim != 3
+        or vectors.shape[0] != len(keys)
+        or counts.shape != (len(keys),)
+        or vectors.shape[1] != meta["layers"]
+    ):
         return None
     return Centroids(keys, counts.astype(numpy.int64), vectors.astype(numpy.float32), stored)
 
@@ -497,8 +545,13 @@ def save_cached(path: Path, centroids: Centroids) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as fout:
-        numpy.savez(fout, meta=numpy.array(json.dumps(centroids.meta, sort_keys=True)), keys=numpy.array(centroids.keys),
-                    counts=centroids.counts, vectors=centroids.vectors)
+        numpy.savez(
+            fout,
+            meta=numpy.array(json.dumps(centroids.meta, sort_keys=True)),
+            keys=numpy.array(centroids.keys),
+            counts=centroids.counts,
+            vectors=centroids.vectors,
+        )
     os.replace(tmp, path)
 
 
@@ -543,7 +596,7 @@ def senses_by_lemma(keys: Sequence[str], index: SenseIndex) -> Dict[Tuple[str, s
     number, then key."""
     groups: Dict[Tuple[str, str], List[int]] = {}
     for i, key in enumerate(keys):
-        groups.setdefault(key_pos(key), []).append(i)
+        groups.setdefault(cast(Tuple[str, str], key_pos(key)), []).append(i)
     for members in groups.values():
         members.sort(key=lambda i: (index.number(keys[i]), keys[i]))
     return groups
@@ -551,21 +604,25 @@ def senses_by_lemma(keys: Sequence[str], index: SenseIndex) -> Dict[Tuple[str, s
 
 def instance_vectors(bilm, test: WSDSet, batch_size: int = 64, progress: bool = False) -> numpy.ndarray:
     """(n_instances, L+1, dim) float32: each instance's mean over its parts."""
-    out = None
+    out: Optional[numpy.ndarray] = None
     by_sentence: Dict[int, List[int]] = {}
     for i, inst in enumerate(test.instances):
         by_sentence.setdefault(inst.sentence, []).append(i)
     wanted = sorted(by_sentence)
-    for position, layers in _embedded(bilm, [test.sentences[i] for i in wanted], batch_size, progress, f"embedding {test.name}"):
+    for position, layers in _embedded(
+        bilm, [test.sentences[i] for i in wanted], batch_size, progress, f"embedding {test.name}"
+    ):
         if out is None:
             out = numpy.zeros((len(test.instances), layers.shape[0], layers.shape[2]), dtype=numpy.float32)
         for i in by_sentence[wanted[position]]:
             inst = test.instances[i]
             out[i] = layers[:, inst.start:inst.end].mean(axis=1)
-    return out
+    return cast(numpy.ndarray, out)  # None only for a set without instances
 
 
-def predict_nearest(centroids: Centroids, index: SenseIndex, test: WSDSet, vectors: numpy.ndarray) -> Dict[Union[int, str], List[Optional[str]]]:
+def predict_nearest(
+    centroids: Centroids, index: SenseIndex, test: WSDSet, vectors: numpy.ndarray
+) -> Dict[Union[int, str], List[Optional[str]]]:
     """Per layer (0..L, ``"mean"``), each instance's answer: the sense of
     its lemma+POS whose centroid is nearest by cosine; WordNet's first
     sense for a lemma+POS unseen in training; None when neither exists."""
@@ -594,7 +651,7 @@ def most_frequent(centroids: Centroids, index: SenseIndex, test: WSDSet) -> List
     """The training data's most frequent sense of each instance's lemma+POS
     (ties: lower sense number), WordNet's first sense where unseen."""
     groups = senses_by_lemma(centroids.keys, index)
-    answers = []
+    answers: List[Optional[str]] = []
     for inst in test.instances:
         members = groups.get((inst.lemma, inst.pos))
         if members:
@@ -613,7 +670,14 @@ def score(instances: Sequence[Instance], answers: Sequence[Optional[str]]) -> Di
     precision = 100.0 * correct / answered if answered else 0.0
     recall = 100.0 * correct / len(instances) if instances else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"f1": f1, "precision": precision, "recall": recall, "correct": correct, "answered": answered, "instances": len(instances)}
+    return {
+        "f1": f1,
+        "precision": precision,
+        "recall": recall,
+        "correct": correct,
+        "answered": answered,
+        "instances": len(instances),
+    }
 
 
 # ------------------------------------------------------------ evaluation
@@ -704,7 +768,9 @@ def run(bilm, train: Sequence[WSDSet], tests: Sequence[WSDSet], index: SenseInde
     for seed in random_seeds:
         twin = random_twin(bilm, seed)
         started = time.perf_counter()
-        twin_centroids, report.cached[f"random seed {seed}"] = centroids_for(twin, train, cache_dir, batch_size, progress)
+        twin_centroids, report.cached[f"random seed {seed}"] = centroids_for(
+            twin, train, cache_dir, batch_size, progress
+        )
         report.random[seed] = evaluate(twin, twin_centroids, index, tests, batch_size, progress, pool)["layers"]
         report.seconds[f"random seed {seed}"] = time.perf_counter() - started
     return report
@@ -727,7 +793,9 @@ def table_rows(report: WSDReport, train_name: str = "SemCor") -> List[Tuple[str,
     rows = [(f"biLM {_layer_label(layer)}", {n: f"{scores[n]['f1']:.1f}" for n in names})
             for layer, scores in report.model["layers"].items()]
     rows.append(("WordNet first sense", {n: f"{report.model['first_sense'][n]['f1']:.1f}" for n in names}))
-    rows.append((f"{train_name} most frequent sense", {n: f"{report.model['most_frequent'][n]['f1']:.1f}" for n in names}))
+    rows.append(
+        (f"{train_name} most frequent sense", {n: f"{report.model['most_frequent'][n]['f1']:.1f}" for n in names})
+    )
     if report.random:
         seeds = sorted(report.random)
         for layer in report.model["layers"]:
@@ -735,7 +803,9 @@ def table_rows(report: WSDReport, train_name: str = "SemCor") -> List[Tuple[str,
             for n in names:
                 mean, sd = _mean_sd([report.random[s][layer][n]["f1"] for s in seeds])
                 cells[n] = f"{mean:.1f} ± {sd:.1f}" if len(seeds) > 1 else f"{mean:.1f}"
-            rows.append((f"random weights, {_layer_label(layer)} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})", cells))
+            rows.append(
+                (f"random weights, {_layer_label(layer)} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})", cells)
+            )
     return rows
 
 
@@ -762,23 +832,40 @@ def report_json(report: WSDReport) -> Dict:
     seeds = sorted(report.random)
     out: Dict = {
         "protocol": "Peters et al. 2018, section 5.3: sense centroids per layer from training, 1-NN by cosine among "
-                    "the lemma+POS's senses seen in training, WordNet's first sense where unseen",
-        "train": [{"name": s.name, "files": list(s.files), "sha256": s.sha256, "instances": len(s.instances),
-                   "sentences": len(s.sentences)} for s in report.train],
+        "the lemma+POS's senses seen in training, WordNet's first sense where unseen",
+        "train": [
+            {
+                "name": s.name,
+                "files": list(s.files),
+                "sha256": s.sha256,
+                "instances": len(s.instances),
+                "sentences": len(s.sentences),
+            }
+            for s in report.train
+        ],
         "senses_seen": len(report.centroids.keys) if report.centroids is not None else None,
-        "tests": [{"name": t.name, "files": list(t.files), "sha256": t.sha256, "instances": len(t.instances)}
-                  for t in report.tests],
+        "tests": [
+            {"name": t.name, "files": list(t.files), "sha256": t.sha256, "instances": len(t.instances)}
+            for t in report.tests
+        ],
         "fallback": report.model["fallback"],
         "layers": {str(layer): scores for layer, scores in report.model["layers"].items()},
         "first_sense": report.model["first_sense"],
         "most_frequent": report.model["most_frequent"],
-        "random": {"seeds": seeds, "per_seed": {str(s): {str(layer): {n: v["f1"] for n, v in scores.items()}
-                                                            for layer, scores in report.random[s].items()} for s in seeds}},
+        "random": {
+            "seeds": seeds,
+            "per_seed": {
+                str(s): {
+                    str(layer): {n: v["f1"] for n, v in scores.items()} for layer, scores in report.random[s].items()
+                }
+                for s in seeds
+            },
+        },
         "seconds": {k: round(v, 1) for k, v in report.seconds.items()},
         "cached": report.cached,
     }
     if seeds:
-        summary = {}
+        summary: Dict[str, Any] = {}
         for layer in report.model["layers"]:
             summary[str(layer)] = {}
             for name in report.sets:

@@ -20,9 +20,13 @@ class _Handler(BaseHTTPRequestHandler):
         with server.lock:
             server.requests.append(self.path)
         if mode == "portal":  # a captive portal: a login page, status 200, for any path
-            page = b"<!DOCTYPE html>\n<html><head><title>Sign in</title></head><body>Log in to the Wi-Fi</body></html>\n"
+            page = (
+                b"<!DOCTYPE html>\n<html><head><title>Sign in</title></head><body>Log in to the Wi-Fi</body></html>\n"
+            )
             self.send_response(200)
-            self.send_header("Content-Type", "text/html; charset=utf-8" if "typed" in rest else "application/octet-stream")
+            self.send_header(
+                "Content-Type", "text/html; charset=utf-8" if "typed" in rest else "application/octet-stream"
+            )
             self.send_header("Content-Length", str(len(page)))
             self.end_headers()
             self.wfile.write(page)

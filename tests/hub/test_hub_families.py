@@ -4,7 +4,6 @@ import json
 import shutil
 import stat
 import zipfile
-from pathlib import Path
 
 import numpy
 import pytest
@@ -13,7 +12,6 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM, hub
 from spacy_elmo.hub import families as hub_families
 from spacy_elmo.hub.families import UnsafeArchiveError
-
 from tests.helpers.models import nlpl_bilm_tf_dir, zip_dir
 from tests.helpers.paths import FIXTURES
 from tests.helpers.server import Server
@@ -105,7 +103,11 @@ def test_cli_download_by_name(nlpl_server, cache):
 
 @pytest.mark.parametrize(
     "name, problem",
-    [("nlpl:150", "is not a zip file"), ("nlpl:151", "would be written outside the directory"), ("nlpl:152", "HTTP 404")],
+    [
+        ("nlpl:150", "is not a zip file"),
+        ("nlpl:151", "would be written outside the directory"),
+        ("nlpl:152", "HTTP 404"),
+    ],
 )
 def test_bad_zips_give_one_error_and_cache_nothing(nlpl_server, cache, tmp_path, name, problem):
     with pytest.raises(hub.DownloadError, match=problem) as info:
@@ -173,11 +175,17 @@ def test_zip_downloads_check_the_cache_first(nlpl_server, cache, tmp_path, monke
     folder = cache / "nlpl" / "11" / "142"
     folder.parent.mkdir(parents=True)
     folder.symlink_to(tmp_path / "gone")
-    with pytest.raises(hub.CacheError, match=f"the cache entry {folder} is a symbolic link to .*gone, which does not exist; remove it \\(rm {folder}\\)"):
+    with pytest.raises(
+        hub.CacheError,
+        match=f"the cache entry {folder} is a symbolic link to .*gone, which does not exist; remove it \\(rm "
+              f"{folder}\\)",
+    ):
         BiLM.from_pretrained("efml:de", progress=False)
     folder.unlink()
     folder.write_bytes(b"a file where the unpacked model goes")
-    with pytest.raises(hub.CacheError, match=f"the cache entry {folder} is not a directory; remove it \\(rm {folder}\\)"):
+    with pytest.raises(
+        hub.CacheError, match=f"the cache entry {folder} is not a directory; remove it \\(rm {folder}\\)"
+    ):
         BiLM.from_pretrained("efml:de", progress=False)
     assert nlpl_server.requests == []
     folder.unlink()
@@ -213,7 +221,8 @@ def test_declared_sizes_and_free_space_are_checked_before_unpacking(tmp_path, mo
 
     monkeypatch.setattr(shutil, "disk_usage", little_room)
     (tmp_path / "t2").mkdir()
-    with pytest.raises(UnsafeArchiveError, match="unpacks to 5,000,000 bytes .* 1,000,000 bytes free; nothing was unpacked"):
+    message = "unpacks to 5,000,000 bytes .* 1,000,000 bytes free; nothing was unpacked"
+    with pytest.raises(UnsafeArchiveError, match=message):
         hub_families.safe_unpack(bomb, tmp_path / "t2")
     assert list((tmp_path / "t2").iterdir()) == []
 
@@ -227,13 +236,26 @@ def test_a_zip_bomb_by_url_is_refused_before_unpacking(nlpl_server, cache, monke
         zf.writestr("encoder.pkl", b"\0" * 20_000_000)
     real = shutil.disk_usage
     monkeypatch.setattr(shutil, "disk_usage", lambda path: real(path)._replace(free=5_000_000))
-    with pytest.raises(hub.DownloadError, match=r"unpacks to 20,000,002 bytes .*5,000,000 bytes free.*Nothing was cached"):
+    with pytest.raises(
+        hub.DownloadError, match=r"unpacks to 20,000,002 bytes .*5,000,000 bytes free.*Nothing was cached"
+    ):
         BiLM.from_pretrained("efml:ja", progress=False)
     left = [p.name for p in (cache / "nlpl" / "11").iterdir()] if (cache / "nlpl" / "11").exists() else []
     assert [name for name in left if not name.endswith(".lock")] == []
 
 
-@pytest.mark.parametrize("name", ["nlpl:\u00b2", "nlpl:\u0663", "nlpl:1/2/3", "nlpl:-1", "nlpl:1234567", "nlpl:" + "9" * 100_000, "efml:" + "x" * 100_000])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "nlpl:\u00b2",
+        "nlpl:\u0663",
+        "nlpl:1/2/3",
+        "nlpl:-1",
+        "nlpl:1234567",
+        "nlpl:" + "9" * 100_000,
+        "efml:" + "x" * 100_000,
+    ],
+)
 def test_odd_nlpl_ids_get_a_bounded_clear_message(name, cache):
     with pytest.raises(hub.ModelNotFoundError, match="is not an NLPL name|no ELMoForManyLangs model") as info:
         hub.resolve(name, progress=False)
@@ -257,4 +279,6 @@ def test_a_zip_with_two_members_of_one_name_is_refused(tmp_path, cache):
         BiLM.from_pretrained(str(archive))
     with pytest.raises(UnsafeArchiveError, match="holds two members named"):
         spacy.blank("en").add_pipe("elmo", config={"weights": str(archive)})
-    assert not (cache / "zips").exists() or [p for p in (cache / "zips").iterdir() if not p.name.endswith(".lock")] == []
+    assert (
+        not (cache / "zips").exists() or [p for p in (cache / "zips").iterdir() if not p.name.endswith(".lock")] == []
+    )

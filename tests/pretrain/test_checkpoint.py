@@ -54,10 +54,15 @@ def test_resume_names_both_checkpoints_when_neither_loads(tmp_path):
     for name in ("last.pt", "prev.pt"):
         torch.save({"format": "spacy_elmo.pretrain.checkpoint/1", "w": torch.arange(5000.0)}, tmp_path / name)
         _truncate(tmp_path / name)
-    with pytest.raises(PretrainError, match=r"(?s)last\.pt is damaged.*The previous checkpoint cannot be used either: .*prev\.pt is damaged"):
+    with pytest.raises(
+        PretrainError,
+        match=r"(?s)last\.pt is damaged.*The previous checkpoint cannot be used either: .*prev\.pt is damaged",
+    ):
         load_resume_checkpoint(tmp_path)
     (tmp_path / "last.pt").unlink()
-    with pytest.raises(PretrainError, match=r"(?s)checkpoint not found: .*last\.pt\nThe previous checkpoint cannot be used either"):
+    with pytest.raises(
+        PretrainError, match=r"(?s)checkpoint not found: .*last\.pt\nThe previous checkpoint cannot be used either"
+    ):
         load_resume_checkpoint(tmp_path)
 
 
@@ -80,7 +85,12 @@ def _flip_inside_the_largest_tensor(path):
 def _checkpoint(step):
     from spacy_elmo.pretrain.checkpoint import CHECKPOINT_FORMAT, DIGEST, state_digest
 
-    state = {"format": CHECKPOINT_FORMAT, "step": step, "model": {"w": torch.arange(5000.0) * step}, "rng": [(1, 2.5, None)]}
+    state = {
+        "format": CHECKPOINT_FORMAT,
+        "step": step,
+        "model": {"w": torch.arange(5000.0) * step},
+        "rng": [(1, 2.5, None)],
+    }
     state[DIGEST] = state_digest(state)
     return state
 
@@ -91,7 +101,9 @@ def test_a_checkpoint_changed_in_place_is_refused_and_resume_takes_the_previous(
     assert load_checkpoint(tmp_path / "last.pt")["step"] == 4  # the digest survives torch.save/load
     _flip_inside_the_largest_tensor(tmp_path / "last.pt")
     assert not torch.equal(torch.load(tmp_path / "last.pt", weights_only=True)["model"]["w"], torch.arange(5000.0) * 4)
-    with pytest.raises(PretrainError, match=r"last\.pt is damaged: its contents do not match the SHA-256 saved in it.*prev\.pt"):
+    with pytest.raises(
+        PretrainError, match=r"last\.pt is damaged: its contents do not match the SHA-256 saved in it.*prev\.pt"
+    ):
         load_checkpoint(tmp_path / "last.pt")
     with caplog.at_level(logging.WARNING, logger="spacy_elmo.pretrain.checkpoint"):
         state, used = load_resume_checkpoint(tmp_path)

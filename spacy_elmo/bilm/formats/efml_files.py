@@ -79,7 +79,9 @@ def read_dic(path: PathLike) -> Dict[str, int]:
         if len(fields) == 1:
             fields.insert(0, "\u3000")
         if len(fields) != 2:
-            raise EfmlFormatError(f"{path}, line {number}: expected 'token<TAB>id', found {len(fields)} tab-separated fields")
+            raise EfmlFormatError(
+                f"{path}, line {number}: expected 'token<TAB>id', found {len(fields)} tab-separated fields"
+            )
         token, index = fields
         if not (index.isascii() and index.isdigit() and len(index) <= MAX_DIC_ID_DIGITS):
             shown = index if len(index) <= 20 else index[:20] + "..."

@@ -1,0 +1,111 @@
+"""ELMo behind token/span/doc ``.vector`` and ``.similarity`` (spaCy user hooks)."""
+import pickle
+
+import numpy
+import pytest
+import spacy
+from spacy.tokens import Doc, DocBin
+
+from spacy_elmo.component import vector_hooks
+from tests.helpers.paths import EXAMPLES
+
+BANK = EXAMPLES / "bank.txt"
+
+
+@pytest.fixture(scope="module")
+def nlp():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo")  # the shipped English biLM
+    return nlp
+
+
+@pytest.fixture(scope="module")
+def bank_docs(nlp):
+    return list(nlp.pipe(BANK.read_text(encoding="utf-8").splitlines()))
+
+
+def _cosine(a, b):
+    return float(numpy.dot(a, b) / (numpy.linalg.norm(a) * numpy.linalg.norm(b)))
+
+
+def test_vectors_come_from_doc_elmo(nlp):
+    doc = nlp("The boat drifted toward the muddy bank of the river.")
+    vectors = doc._.elmo.vectors
+    assert doc[6].has_vector and doc[2:5].has_vector and doc.has_vector
+    numpy.testing.assert_allclose(doc[6].vector, vectors[6], rtol=1e-6)
+    numpy.testing.assert_allclose(doc[2:5].vector, vectors[2:5].mean(axis=0), rtol=1e-5)
+    numpy.testing.assert_allclose(doc.vector, vectors.mean(axis=0), rtol=1e-5)
+    assert doc[6].vector_norm == pytest.approx(float(numpy.linalg.norm(vectors[6])), rel=1e-5)
+    other = nlp("He borrowed money from the bank to buy a house.")
+    assert doc[6].similarity(other[5]) == pytest.approx(_cosine(vectors[6], other._.elmo.vectors[5]), rel=1e-5)
+    assert doc.similarity(other) == pytest.approx(_cosine(doc.vector, other.vector), rel=1e-5)
+    assert doc[2:5].similarity(other[0:3]) == pytest.approx(_cosine(doc[2:5].vector, other[0:3].vector), rel=1e-5)
+    # Contextual: the same word in two sentences gets two vectors.
+    assert doc[6].similarity(other[5]) < 0.999
+
+
+def test_bank_senses(bank_docs):
+    """examples/bank.txt: lines 1-8 a river bank, 9-16 a money bank. With the
+    shipped model, uses of the same sense are more alike than across senses."""
+    banks = [next(t for t in doc if t.lower_ == "bank") for doc in bank_docs]
+    assert len(banks) == 16
+    sim = numpy.array([[a.similarity(b) for b in banks] for a in banks])
+    off_diagonal = ~numpy.eye(8, dtype=bool)
+    river = sim[:8, :8][off_diagonal].mean()
+    money = sim[8:, 8:][off_diagonal].mean()
+    cross = sim[:8, 8:].mean()
+    assert river > cross and money > cross, (river, money, cross)
+    # Two river banks against a river bank and a money bank.
+    assert banks[5].similarity(banks[6]) > banks[5].similarity(banks[8])
+
+
+def test_docbin_and_bytes_round_trips_then_install(nlp, bank_docs):
+    docs = bank_docs[:3]
+    docbin = DocBin(store_user_data=True, docs=docs)
+    loaded = list(DocBin().from_bytes(docbin.to_bytes()).get_docs(nlp.vocab))
+    from_bytes = Doc(nlp.vocab).from_bytes(docs[0].to_bytes())
+    # spaCy serializes no hooks: _.elmo survives, the vectors need install().
+    assert not loaded[0][0].has_vector and not from_bytes.has_vector
+    vector_hooks.install(loaded)
+    vector_hooks.install(from_bytes)
+    for before, after in zip(docs, loaded):
+        numpy.testing.assert_array_equal(before.vector, after.vector)
+        assert before[1].similarity(before[3]) == after[1].similarity(after[3])
+    numpy.testing.assert_array_equal(from_bytes[2].vector, docs[0][2].vector)
+    # Pickle keeps the hooks (module-level functions).
+    unpickled = pickle.loads(pickle.dumps(docs[1]))
+    numpy.testing.assert_array_equal(unpickled[4].vector, docs[1][4].vector)
+
+
+def test_saved_pipeline_installs_hooks(nlp, tmp_path):
+    text = "They pulled the canoe up on the bank."
+    nlp.to_disk(tmp_path / "nlp")
+    loaded = spacy.load(tmp_path / "nlp")
+    assert loaded.get_pipe("elmo").vector_hooks
+    numpy.testing.assert_allclose(loaded(text)[7].vector, nlp(text)[7].vector, atol=1e-5)
+
+
+def test_switched_off_and_cleaned():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"vector_hooks": False})
+    doc = nlp("a river bank")
+    assert doc._.elmo is not None
+    assert not doc[2].has_vector and doc[2].vector.size == 0 and not doc.user_token_hooks
+    vector_hooks.install(doc)
+    assert doc[2].has_vector and doc[2].vector.shape == (doc._.elmo.vectors.shape[1],)
+    # Hooks on a Doc whose _.elmo was removed (doc_cleaner): no vector, as
+    # spaCy without vectors.
+    doc._.elmo = None
+    assert not doc.has_vector and doc[0].vector.size == 0 and doc[0].similarity(doc[1]) == 0.0
+    vector_hooks.uninstall(doc)
+    assert not doc.user_hooks and not doc.user_span_hooks and not doc.user_token_hooks
+
+
+def test_store_vectors_float16(nlp):
+    nlp16 = spacy.blank("en")
+    nlp16.add_pipe("elmo", config={"store": "vectors", "dtype": "float16"})
+    text = "The bank raised its rates."
+    doc16, doc32 = nlp16(text), nlp(text)
+    assert doc16[1].vector.dtype == numpy.float32
+    numpy.testing.assert_allclose(doc16[1].vector, doc32[1].vector, rtol=2e-3, atol=2e-3)
