@@ -7,6 +7,19 @@ import pytest
 from tests.helpers.paths import ALLENNLP, PARITY
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_given_back():
+    """Commands run in this process (``embed``, ``pretrain``) set torch's
+    thread count, as a command should; each test gives it back, so that no
+    test's numbers depend on which tests ran before it."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def parity_paths():
     return PARITY / "weights.hdf5", PARITY / "options.json"
