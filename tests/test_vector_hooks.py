@@ -110,3 +110,15 @@ def test_store_vectors_float16(nlp):
     doc16, doc32 = nlp16(text), nlp(text)
     assert doc16[1].vector.dtype == numpy.float32
     numpy.testing.assert_allclose(doc16[1].vector, doc32[1].vector, rtol=2e-3, atol=2e-3)
+
+
+def test_empty_docs_and_spans_follow_spacy(nlp):
+    """spaCy's conventions: an empty Doc or Span has no vector, and its
+    similarity is 0.0 with the warning W008."""
+    empty, doc = nlp(""), nlp("a river bank")
+    assert empty._.elmo is not None and len(empty) == 0
+    assert not empty.has_vector and not doc[1:1].has_vector
+    assert doc.has_vector and doc[1:2].has_vector
+    for a, b in ((empty, doc), (doc, empty), (doc[1:1], doc), (doc[2], doc[1:1]), (empty, empty)):
+        with pytest.warns(UserWarning, match="W008"):
+            assert a.similarity(b) == 0.0

@@ -9,9 +9,11 @@ functions there that read ``Doc._.elmo``:
   component's ``mix`` of the layers, or their mean when ``mix`` is None;
   with ``store="vectors"`` the stored vector);
 - ``span.vector`` and ``doc.vector``: the mean of their tokens' vectors;
-- ``has_vector``: whether ``doc._.elmo`` is set;
+- ``has_vector``: whether ``doc._.elmo`` is set and the Doc or Span has
+  tokens (an empty one has none, as in spaCy);
 - ``similarity``: the cosine of the two objects' vectors (0.0 when either
-  is all zeros), for any pair of Token, Span, Doc (and a Lexeme, whose
+  is all zeros; 0.0 with spaCy's warning W008 when either has no vector,
+  e.g. an empty Doc or Span), for any pair of Token, Span, Doc (and a Lexeme, whose
   vector is the vocabulary's static one).
 
 The hooks compute nothing until asked, so they cost nothing when unused. A
@@ -25,9 +27,11 @@ hooks are module-level functions), but ``Doc.from_bytes``, ``DocBin`` and
 ``_.elmo`` and no hooks: call :func:`install` on them (``doc._.elmo``
 itself survives all of these).
 """
+import warnings
 from typing import Iterable, Union
 
 import numpy
+from spacy.errors import Warnings
 from spacy.tokens import Doc, Span, Token
 
 _EMPTY = numpy.zeros((0,), dtype=numpy.float32)
@@ -75,12 +79,19 @@ def token_vector(token: Token) -> numpy.ndarray:
 
 
 def has_vector(obj: Union[Doc, Span, Token]) -> bool:
-    return _data(obj) is not None
+    """Whether ``doc._.elmo`` is set and ``obj`` has tokens (an empty Doc or
+    Span has no vector, as in spaCy)."""
+    return _data(obj) is not None and len(obj) > 0
 
 
 def similarity(obj: Union[Doc, Span, Token], other) -> float:
-    """Cosine of the two vectors; 0.0 when either is all zeros or empty or
-    their widths differ (e.g. an ELMo vector against a static one)."""
+    """Cosine of the two vectors; 0.0 when either is all zeros or their
+    widths differ (e.g. an ELMo vector against a static one). Where either
+    has no vector (an empty Doc or Span, a Doc without ``_.elmo``): 0.0 with
+    spaCy's warning W008, as spaCy does."""
+    if not obj.has_vector or not other.has_vector:
+        warnings.warn(Warnings.W008.format(obj=type(obj).__name__))
+        return 0.0
     a = numpy.asarray(obj.vector, dtype=numpy.float32)
     b = numpy.asarray(other.vector, dtype=numpy.float32)
     if a.shape != b.shape or a.size == 0:
