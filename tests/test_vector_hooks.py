@@ -1,5 +1,6 @@
 """ELMo behind token/span/doc ``.vector`` and ``.similarity`` (spaCy user hooks)."""
 import pickle
+import re
 
 import numpy
 import pytest
@@ -8,7 +9,7 @@ from spacy.tokens import Doc, DocBin
 
 from spacy_elmo.component import vector_hooks
 
-from tests.helpers.paths import EXAMPLES
+from tests.helpers.paths import EXAMPLES, REPO
 
 BANK = EXAMPLES / "bank.txt"
 
@@ -59,6 +60,26 @@ def test_bank_senses(bank_docs):
     assert river > cross and money > cross, (river, money, cross)
     # Two river banks against a river bank and a money bank.
     assert banks[5].similarity(banks[6]) > banks[5].similarity(banks[8])
+
+
+def test_the_default_vector_is_the_top_layer_and_tells_senses_apart(bank_docs):
+    """mix = None: .vector is the top layer, not the mean of all layers (whose
+    context-free layer 0 is the same for every use of "bank"). On
+    examples/bank.txt the gap between uses of one sense and uses across
+    senses is larger with it than with the mean of the layers."""
+    banks = [(doc, next(t.i for t in doc if t.lower_ == "bank")) for doc in bank_docs]
+    for doc, i in banks:
+        numpy.testing.assert_array_equal(doc[i].vector, doc._.elmo.layers[-1, i])
+
+    def gap(vectors):
+        sim = numpy.array([[_cosine(a, b) for b in vectors] for a in vectors])
+        off_diagonal = ~numpy.eye(8, dtype=bool)
+        within = (sim[:8, :8][off_diagonal].mean() + sim[8:, 8:][off_diagonal].mean()) / 2
+        return within - sim[:8, 8:].mean()
+
+    default = gap([doc[i].vector for doc, i in banks])
+    mean_of_layers = gap([doc._.elmo.layers[:, i].mean(axis=0) for doc, i in banks])
+    assert default > 2 * mean_of_layers, (default, mean_of_layers)
 
 
 def test_docbin_and_bytes_round_trips_then_install(nlp, bank_docs):
@@ -122,3 +143,15 @@ def test_empty_docs_and_spans_follow_spacy(nlp):
     for a, b in ((empty, doc), (doc, empty), (doc[1:1], doc), (doc[2], doc[1:1]), (empty, empty)):
         with pytest.warns(UserWarning, match="W008"):
             assert a.similarity(b) == 0.0
+
+
+def test_the_readme_usage_prints_what_it_says(capsys):
+    """The README's usage snippet, run as it is, prints the figures its
+    comment gives."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+    usage = next(block for block in blocks if 'nlp.add_pipe("elmo")' in block and ".similarity(" in block)
+    printed = re.search(r"^print\(.*\)\s+# ([\d.]+) ([\d.]+):", usage, flags=re.M)
+    assert printed, "the usage snippet prints no similarity with its figures in a comment"
+    exec(compile(usage, "README.md", "exec"), {})
+    assert capsys.readouterr().out.split() == [printed.group(1), printed.group(2)]

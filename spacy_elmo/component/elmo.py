@@ -100,8 +100,10 @@ def make_elmo(
     store: "layers" (all L+1 layers; listeners need this) or "vectors" (one
         vector per token, the ``mix`` of the layers).
     dtype: "float32" or "float16" storage.
-    mix: weights of the layers for ``Doc._.elmo.vectors`` (used as given;
-        None: the mean of the layers).
+    mix: weights of the layers for ``Doc._.elmo.vectors`` and so for
+        ``.vector`` and ``.similarity`` (used as given, one per layer; None:
+        the top layer, which reflects context: see
+        :data:`~spacy_elmo.component.doc_data.DEFAULT_MIX`).
     frozen: never fine-tune the biLM, whatever the listeners' ``grad_factor``;
         during training the component still broadcasts the layers, so the
         listeners learn their mixes. Not frozen, the biLM is fine-tuned when

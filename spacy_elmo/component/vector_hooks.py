@@ -6,7 +6,7 @@ spaCy lets a Doc answer ``token.vector``, ``span.vector``, ``doc.vector``,
 functions there that read ``Doc._.elmo``:
 
 - ``token.vector``: the token's row of ``doc._.elmo.vectors`` (the elmo
-  component's ``mix`` of the layers, or their mean when ``mix`` is None;
+  component's ``mix`` of the layers, or the top layer when ``mix`` is None;
   with ``store="vectors"`` the stored vector);
 - ``span.vector`` and ``doc.vector``: the mean of their tokens' vectors;
 - ``has_vector``: whether ``doc._.elmo`` is set and the Doc or Span has
