@@ -155,3 +155,65 @@ def test_the_readme_usage_prints_what_it_says(capsys):
     assert printed, "the usage snippet prints no similarity with its figures in a comment"
     exec(compile(usage, "README.md", "exec"), {})
     assert capsys.readouterr().out.split() == [printed.group(1), printed.group(2)]
+
+
+def _small_nlp(seed=0, **config):
+    from spacy_elmo import add_elmo
+
+    from tests.helpers.models import random_model
+
+    nlp = spacy.blank("en")
+    add_elmo(nlp, bilm=random_model(seed), config=config)
+    return nlp
+
+
+def test_a_doc_read_back_without_hooks_compares_by_its_elmo_vectors():
+    """A Doc from a DocBin has Doc._.elmo and no hooks: a hooked Doc compares
+    with it by its ELMo vectors (the same Doc read back: 1.0, as the other
+    way round), not by its static (empty) vector."""
+    nlp = _small_nlp()
+    doc, other = nlp("the river bank"), nlp("a money bank")
+    docbin = DocBin(store_user_data=True, docs=[doc, other])
+    back, other_back = DocBin().from_bytes(docbin.to_bytes()).get_docs(nlp.vocab)
+    assert not back.user_hooks and back._.elmo is not None
+    assert doc.similarity(back) == pytest.approx(1.0, abs=1e-6)
+    assert back.similarity(doc) == pytest.approx(1.0)
+    expected = _cosine(doc._.elmo.vectors[2], other._.elmo.vectors[2])
+    assert doc[2].similarity(other_back[2]) == pytest.approx(expected, rel=1e-6) and expected < 1 - 1e-5
+    assert doc[0:2].similarity(other_back) == pytest.approx(doc[0:2].similarity(other), abs=1e-7)
+
+
+def test_vectors_of_two_biLMs_or_mixes_are_not_compared():
+    """Two biLMs of one width (random weights, seeds 0 and 1), or one biLM
+    with two mixes: a clear error, not a number. The same biLM in two
+    pipelines, and a Doc read back from a DocBin, compare."""
+    first, second = _small_nlp(0), _small_nlp(1)
+    a, b = first("the river bank"), second("the river bank")
+    assert a.vector.shape == b.vector.shape
+    with pytest.raises(ValueError, match="different biLMs or layer mixes"):
+        a[2].similarity(b[2])
+    with pytest.raises(ValueError, match="different biLMs or layer mixes"):
+        a.similarity(_small_nlp(0, mix=[0.0, 1.0, 0.0])("the river bank"))
+    same = _small_nlp(0)("a money bank")
+    assert a[2].similarity(same[2]) == pytest.approx(_cosine(a[2].vector, same[2].vector), rel=1e-5)
+    back = next(DocBin(store_user_data=True, docs=[b]).get_docs(second.vocab))
+    assert back._.elmo.space == b._.elmo.space != a._.elmo.space
+    with pytest.raises(ValueError, match="different biLMs or layer mixes"):
+        a.similarity(back)
+
+
+def test_a_lexeme_or_a_static_vector_is_refused_clearly():
+    """A Lexeme has no context, so no ELMo vector; a Doc of a pipeline without
+    ELMo carries the vocabulary's static vectors: each named, not spaCy's
+    E010 from inside the hook nor a silent 0.0."""
+    nlp = _small_nlp()
+    doc = nlp("the river bank")
+    with pytest.raises(ValueError, match=r"Lexeme.*has none.*nlp\('bank'\)\[0\]"):
+        doc[2].similarity(nlp.vocab["bank"])
+    static = spacy.blank("en")
+    static.vocab.set_vector("bank", numpy.ones(16, dtype="f"))
+    with pytest.raises(ValueError, match="not an ELMo vector"):
+        doc[2].similarity(static("bank")[0])
+    plain = spacy.blank("en")("bank")  # no vectors at all: spaCy's W008 and 0.0
+    with pytest.warns(UserWarning, match="W008"):
+        assert doc[2].similarity(plain[0]) == 0.0

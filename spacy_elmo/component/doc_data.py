@@ -59,11 +59,15 @@ class ElmoData:
     ``mixed``: (n_tokens, dim) stored vectors, or None when layers are stored.
     ``weights``: the mix used by :attr:`vectors` over stored layers (None:
     the top layer, :data:`DEFAULT_MIX`).
+    ``space``: which biLM and mix made :attr:`vectors` (a digest, see
+    :func:`~spacy_elmo.component.vector_hooks.vector_space`), so that
+    ``.similarity`` refuses vectors of two different ones; None: unknown.
     """
 
     layers: Optional[numpy.ndarray] = None
     mixed: Optional[numpy.ndarray] = None
     weights: Optional[numpy.ndarray] = None
+    space: Optional[str] = None
 
     def __post_init__(self) -> None:
         if (self.layers is None) == (self.mixed is None):
@@ -76,6 +80,7 @@ class ElmoData:
         store: str = "layers",
         dtype: str = "float32",
         weights: Optional[Sequence[float]] = None,
+        space: Optional[str] = None,
     ) -> "ElmoData":
         """Build what the component stores from float32 layers (L+1, n, dim)."""
         if store not in STORES:
@@ -84,8 +89,8 @@ class ElmoData:
             raise ValueError(f"dtype must be one of {DTYPES}, found {dtype!r}")
         w = None if weights is None else numpy.asarray(weights, dtype=numpy.float32)
         if store == "layers":
-            return cls(layers=numpy.ascontiguousarray(layers, dtype=dtype), weights=w)
-        return cls(mixed=numpy.ascontiguousarray(mix_layers(layers, w), dtype=dtype))
+            return cls(layers=numpy.ascontiguousarray(layers, dtype=dtype), weights=w, space=space)
+        return cls(mixed=numpy.ascontiguousarray(mix_layers(layers, w), dtype=dtype), space=space)
 
     def __len__(self) -> int:
         return self.layers.shape[1] if self.layers is not None else self.mixed.shape[0]
@@ -114,14 +119,15 @@ class ElmoData:
         if not isinstance(index, slice):
             raise TypeError("ElmoData takes slices of tokens, e.g. data[2:5]")
         if self.layers is not None:
-            return ElmoData(layers=self.layers[:, index], weights=self.weights)
-        return ElmoData(mixed=self.mixed[index])
+            return ElmoData(layers=self.layers[:, index], weights=self.weights, space=self.space)
+        return ElmoData(mixed=self.mixed[index], space=self.space)
 
     def to_dict(self) -> Dict[str, Any]:
         return {
             "layers": None if self.layers is None else numpy.ascontiguousarray(self.layers),
             "mixed": None if self.mixed is None else numpy.ascontiguousarray(self.mixed),
             "weights": self.weights,
+            "space": self.space,
         }
 
     @classmethod
@@ -129,7 +135,7 @@ class ElmoData:
         """From :meth:`to_dict`'s map (a DocBin or ``Doc.from_bytes``
         payload), validated: see :func:`check_payload`."""
         check_payload(data)
-        return cls(layers=data["layers"], mixed=data["mixed"], weights=data.get("weights"))
+        return cls(layers=data["layers"], mixed=data["mixed"], weights=data.get("weights"), space=data.get("space"))
 
 
 # --- payload validation (issue 26) ------------------------------------------
@@ -137,6 +143,9 @@ _REDO = (
     "it was not written by the elmo component, or was changed or damaged since: run the pipeline's elmo "
     "component on the texts again (nlp.pipe) and save new Docs"
 )
+
+
+_HEX = frozenset("0123456789abcdef")
 
 
 class ElmoDataError(ValueError):
@@ -148,7 +157,8 @@ def check_payload(data: Any) -> None:
     """A ``Doc._.elmo`` payload must be a map with the keys ``layers`` and
     ``mixed``, exactly one of them an array (float32 or float16; ``layers``
     3-D (L+1, n_tokens, dim), ``mixed`` 2-D (n_tokens, dim)) and the other
-    null, and ``weights`` null or L+1 finite numbers. The Doc's length is
+    null, ``weights`` null or L+1 finite numbers, and ``space`` (absent in
+    payloads of older versions) null or a hex digest. The Doc's length is
     checked where the payload meets its Doc (:func:`get_doc_elmo`)."""
     where = "a Doc._.elmo payload"
     if not isinstance(data, dict):
@@ -175,6 +185,9 @@ def check_payload(data: Any) -> None:
                 f"{where}: 'weights' must be null or one finite number per stored layer, found "
                 f"{weights if not isinstance(weights, numpy.ndarray) else (weights.dtype, weights.shape)}; {_REDO}"
             )
+    space = data.get("space")
+    if space is not None and not (isinstance(space, str) and 0 < len(space) <= 64 and all(c in _HEX for c in space)):
+        raise ElmoDataError(f"{where}: 'space' must be null or a hex digest of at most 64 characters; {_REDO}")
 
 
 _USER_DATA_KEY = ("._.", "elmo", None, None)  # where spaCy keeps Doc._.elmo

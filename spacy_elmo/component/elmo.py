@@ -42,6 +42,7 @@ from spacy.util import minibatch
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from ..bilm import BiLM
+from ..bilm.fast.token_cache import parameter_stamp
 from ..layers.bilm_shim import get_bilm, has_bilm, set_bilm
 from ..layers.listener import ElmoListenerLayer
 from ..layers.output_cache import OutputCache
@@ -50,7 +51,7 @@ from ..loading import check_local, load_bilm
 from . import registrations  # noqa: F401 (registers the architectures the default config names)
 from .doc_data import DTYPES, STORES, ElmoData, install_extensions
 from .listener_host import ListenerHost
-from .vector_hooks import install as install_vector_hooks
+from .vector_hooks import install as install_vector_hooks, vector_space
 
 DEFAULT_MODEL_CONFIG = """
 [model]
@@ -255,10 +256,22 @@ class Elmo(ListenerHost, TrainablePipe):
 
     def set_annotations(self, docs: Sequence[Doc], layers: List[numpy.ndarray]) -> None:
         store, dtype, mix = self.cfg["store"], self.cfg["dtype"], self.cfg["mix"]
+        space = self._vector_space()
         for doc, doc_layers in zip(docs, layers):
-            doc._.elmo = ElmoData.from_layers(self.model.ops.to_numpy(doc_layers), store, dtype, mix)
+            doc._.elmo = ElmoData.from_layers(self.model.ops.to_numpy(doc_layers), store, dtype, mix, space=space)
             if self.vector_hooks:
                 install_vector_hooks(doc)
+
+    def _vector_space(self) -> Optional[str]:
+        """``ElmoData.space`` of the Docs this component annotates now: the
+        digest of its biLM and ``mix``, kept until a parameter changes."""
+        if not has_bilm(self.model):
+            return None
+        bilm, mix = self.bilm, self.cfg["mix"]
+        key = (id(bilm), parameter_stamp([bilm]), None if mix is None else tuple(mix))
+        if getattr(self, "_space_key", None) != key:
+            self._space_key, self._space = key, vector_space(bilm, mix)
+        return self._space
 
     # ------------------------------------------------------------- training
     def update(
