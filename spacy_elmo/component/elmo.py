@@ -38,7 +38,7 @@ from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
-from spacy.util import minibatch
+from spacy.util import minibatch, raise_error
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from ..bilm import BiLM
@@ -240,15 +240,34 @@ class Elmo(ListenerHost, TrainablePipe):
         default 16,384: 48 MiB for the shipped biLM, 192 MiB for AllenNLP's
         original), plus one biLM batch. The default is the smallest of a
         sweep that keeps the component within a few per cent of the biLM's
-        one-call speed (docs/speed.md)."""
+        one-call speed (docs/speed.md).
+
+        With an error handler (``nlp.set_error_handler``), a group that fails
+        is run again one doc at a time: the handler gets only the docs that
+        fail alone, and every other doc of the group comes out annotated (its
+        layers then agree with a group's to float32 rounding, as with
+        ``buffer_tokens = 0``). Without one, the error is raised at once."""
         error_handler = self.get_error_handler()
         groups = token_buffers(stream, self.buffer_tokens) if self.buffer_tokens else minibatch(stream, size=batch_size)
         for docs in groups:
             try:
                 self.set_annotations(docs, self.predict(docs))
-                yield from docs
             except Exception as e:
-                error_handler(self.name, self, docs, e)
+                if error_handler is raise_error or len(docs) == 1:
+                    error_handler(self.name, self, docs, e)
+                else:
+                    yield from self._pipe_one_by_one(docs, error_handler)
+                continue
+            yield from docs
+
+    def _pipe_one_by_one(self, docs: List[Doc], error_handler: Callable) -> Iterator[Doc]:
+        for doc in docs:
+            try:
+                self.set_annotations([doc], self.predict([doc]))
+            except Exception as e:
+                error_handler(self.name, self, [doc], e)
+                continue
+            yield doc
 
     def _predict_layers(self, docs: List[Doc]) -> List[numpy.ndarray]:
         cache = None if self.fine_tunes else self.output_cache
