@@ -74,7 +74,7 @@ def pretrain(
     precision: str = _setting("precision"),
     strict: bool = _setting("strict"),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUTPUT/checkpoints/last.pt"),
-    threads: Optional[int] = typer.Option(None, min=1, help="torch threads per process"),
+    threads: Optional[int] = typer.Option(None, min=1, help="torch threads per process (at most 256, or the machine's logical CPUs where more)"),
     progress: Progress = None,
 ) -> None:
     """Train a biLM on your own text (torchrun for several processes); see docs/pretraining.md."""
@@ -87,12 +87,13 @@ def pretrain(
     from ..pretrain import PretrainConfig
     from ..pretrain import pretrain as run_pretrain
     from ..pretrain.curve import plot_available
+    from ..bilm.threads import check_thread_count
     from ..pretrain.preflight import busy_machine_warning
 
     settings = {f.name: _config_value(given[f.name]) for f in fields(PretrainConfig) if f.name in given}
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if threads:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(check_thread_count(threads, "--threads"))
     warning = busy_machine_warning(torch.get_num_threads())
     if warning:
         warn(warning)

@@ -28,6 +28,7 @@ pipeline afterwards (``nlp.to_disk`` writes them in the same format), so
 ``spacy.load`` needs no outside file. In Python,
 :func:`add_elmo` does both steps at once.
 """
+import math
 from itertools import islice
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
@@ -156,6 +157,7 @@ class Elmo(ListenerHost, TrainablePipe):
             raise ValueError(f"store must be one of {STORES}, found {store!r}")
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, found {dtype!r}")
+        check_mix(mix)
         self.vocab = vocab
         self.model = model
         self.name = name
@@ -187,6 +189,7 @@ class Elmo(ListenerHost, TrainablePipe):
 
     def set_bilm(self, bilm: BiLM) -> None:
         """Use ``bilm`` (a :class:`~spacy_elmo.BiLM`) as this component's model."""
+        check_mix(self.cfg["mix"], bilm.num_layers)
         set_bilm(self.model, bilm)
         for listener in self.listeners:
             self._set_listener_dims(listener)
@@ -406,6 +409,7 @@ class Elmo(ListenerHost, TrainablePipe):
 
         self._validate_serialization_attrs()
         read_component(self, Path(path), exclude)
+        self._check_saved_mix(f"{Path(path) / 'cfg'}")
         self._relink_listener_dims()
         return self
 
@@ -416,8 +420,46 @@ class Elmo(ListenerHost, TrainablePipe):
 
         self._validate_serialization_attrs()
         read_component_bytes(self, bytes_data, exclude)
+        self._check_saved_mix(f"the {self.name} component's bytes (cfg)")
         self._relink_listener_dims()
         return self
+
+    def _check_saved_mix(self, where: str) -> None:
+        if has_bilm(self.model):
+            try:
+                check_mix(self.cfg["mix"], self.bilm.num_layers)
+            except ValueError as err:
+                raise ValueError(f"{where}: {err}") from None
+
+
+#: The most layer weights ``mix`` may give (the largest biLM has far fewer layers).
+MAX_MIX_LENGTH = 64
+
+
+def check_mix(mix: Optional[Sequence[float]], n_layers: Optional[int] = None) -> None:
+    """``mix`` must be None or one finite number per layer of the biLM
+    (``n_layers``, when the biLM is known: at initialization, with
+    :func:`add_elmo`, at first use or when a saved pipeline is read)."""
+    setting = "the elmo component's mix ([components.elmo] mix)"
+    if mix is None:
+        return
+    ok = (
+        isinstance(mix, (list, tuple))
+        and 0 < len(mix) <= MAX_MIX_LENGTH
+        and all(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) for w in mix)
+    )
+    if not ok:
+        shown = repr(mix) if len(repr(mix)) <= 200 else repr(mix)[:200] + "..."
+        raise ValueError(
+            f"{setting} must be null (the top layer) or a list of one finite number per layer of the biLM, "
+            f"found {shown}"
+        )
+    if n_layers is not None and len(mix) != n_layers:
+        example = [0] * (n_layers - 1) + [1]
+        raise ValueError(
+            f"{setting} gives {len(mix)} weights, but the biLM has {n_layers} layers (0..{n_layers - 1}): give "
+            f"one weight per layer, e.g. {example} for the top layer, or null"
+        )
 
 
 def add_elmo(
@@ -455,6 +497,7 @@ def add_elmo(
         weights, options = in_config["weights"], in_config["options"]
     if bilm is None:
         bilm = load_bilm(weights, options)  # before add_pipe: a bad name leaves nlp as it was
+    check_mix((config or {}).get("mix"), bilm.num_layers)  # so does a mix of another length
     component = nlp.add_pipe("elmo", name=name, config=config or {}, **add_pipe_kwargs)
     component.load_weights(bilm=bilm)
     component.model.initialize()

@@ -58,15 +58,24 @@ from typing import Deque, Dict, Iterator, List, Union
 
 import torch
 
+from ..bilm.threads import MAX_THREADS, check_thread_count
+
 ThreadsSetting = Union[str, int]
 
 
+SETTING = "spacy_elmo.ElmoBiLM.v2's threads ([components.elmo.model] threads)"
+
+
 def check_threads(threads: ThreadsSetting) -> ThreadsSetting:
-    if threads == "auto" or (isinstance(threads, int) and not isinstance(threads, bool) and threads >= 0):
+    """``"auto"``, 0 (torch's own setting) or a number of threads up to
+    :data:`~spacy_elmo.bilm.threads.MAX_THREADS`; else a ValueError naming the setting."""
+    if threads == "auto":
         return threads
+    if isinstance(threads, int) and not isinstance(threads, bool) and threads > 0:
+        return check_thread_count(threads, SETTING)
     raise ValueError(
-        "spacy_elmo.ElmoBiLM.v2's threads ([components.elmo.model] threads) must be \"auto\", 0 (torch's own "
-        f"setting) or a number of threads >= 1, found {threads!r}"
+        f"{SETTING} must be \"auto\", 0 (torch's own setting) or a number of threads from 1 to {MAX_THREADS}, "
+        f"found {threads!r}"
     )
 
 
