@@ -71,3 +71,28 @@ def test_pretrain_threads_are_bounded(tmp_path):
     assert result.exit_code == 2, result.output
     assert f"--threads must be a whole number of threads from 1 to {MAX_THREADS}" in result.output
     assert "Traceback" not in result.output and not (tmp_path / "out").exists()
+
+
+def test_export_never_writes_over_its_input(tmp_path):
+    """export's TARGET and --nlp: not the source, not the directory that holds
+    the source's weights under the name export writes, not each other."""
+    from tests.helpers.paths import PARITY
+
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in ("weights.hdf5", "options.json"):
+        (model / name).write_bytes((PARITY / name).read_bytes())
+    before = (model / "weights.hdf5").read_bytes()
+
+    def export(*args):
+        return CliRunner().invoke(app, ["export", *[str(a) for a in args]])
+
+    for args in ((model, model), (model / "weights.hdf5", model), (model, tmp_path / "out", "--nlp", model)):
+        result = export(*args)
+        assert result.exit_code == 2 and "would overwrite its input" in result.output, result.output
+    result = export(model, tmp_path / "same", "--nlp", tmp_path / "same")
+    assert result.exit_code == 2 and "TARGET and --nlp are one directory" in result.output, result.output
+    assert (model / "weights.hdf5").read_bytes() == before and sorted(p.name for p in model.iterdir()) == ["options.json", "weights.hdf5"]
+    result = export(model, tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "weights.hdf5").is_file()

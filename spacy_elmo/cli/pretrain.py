@@ -174,8 +174,9 @@ def export(
 
     With --nlp, also as a spaCy pipeline with an elmo component."""
     from ..pretrain import export as run_export
-    from .export import export_bilm, export_pipeline, source_bilm
+    from .export import check_outputs_apart, export_bilm, export_pipeline, source_bilm
 
+    check_outputs_apart(output, target, nlp)
     if checkpoint is None and nlp is None and not (Path(output) / "checkpoints").is_dir():
         written = export_bilm(source_bilm(str(output)), target)
         typer.echo(f"wrote {', '.join(p.name for p in written)} to {target}")
