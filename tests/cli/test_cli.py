@@ -23,7 +23,7 @@ from tests.helpers.paths import PARITY
 
 MODEL = ["--model", str(PARITY)]
 TEXT = "The storm came.\n\nShe opened a bank account!\n"
-COMMANDS = ("embed", "download", "neighbours", "senses", "pretrain", "plot", "export", "perplexity")
+COMMANDS = ("embed", "download", "neighbours", "senses", "pretrain", "tokenise", "plot", "export", "perplexity")
 
 
 def plain(text):
