@@ -41,7 +41,9 @@ def recur_with_cell(layer, packs, inputs, lengths, state, cell, input_products=N
     """The library's packed recurrence with ``cell`` in place of ``sigmoid_cell``."""
     ih, hh, proj = packs["ih"], packs["hh"], packs["proj"]
     n_dir, n_steps, batch, _ = inputs.shape
-    xw = input_products or [ih[d](inputs[d].reshape(-1, layer.input_dim)).view(n_steps, batch, -1) for d in range(n_dir)]
+    xw = input_products or [
+        ih[d](inputs[d].reshape(-1, layer.input_dim)).view(n_steps, batch, -1) for d in range(n_dir)
+    ]
     h = state[0].to(torch.float32, copy=True)
     c2 = state[1].to(torch.float32, copy=True).mul_(2.0)
     clip = None if layer.cell_clip is None else 2.0 * layer.cell_clip

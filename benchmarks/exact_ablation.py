@@ -34,9 +34,9 @@ import copy
 import time
 
 import typer
-
 from cell_variants import CellEngine
 from inference_speed import make_sentences
+
 from spacy_elmo.bilm import BiLM
 from spacy_elmo.bilm.fast import InferenceEngine, packing_supported
 from spacy_elmo.bilm.fast.packed import PackedFP32Linear
@@ -58,7 +58,9 @@ def _step_products(model: BiLM, rows: int, repeats: int = 20) -> None:
         for _ in range(repeats):
             fn()
         seconds = (time.perf_counter() - start) / repeats
-        print(f"step product {tuple(h.shape)} x {tuple(weight.t().shape)} {name:>7}: {flops / seconds / 1e9:6.1f} GFLOP/s")
+        print(
+            f"step product {tuple(h.shape)} x {tuple(weight.t().shape)} {name:>7}: {flops / seconds / 1e9:6.1f} GFLOP/s"
+        )
 
 
 def _activations(model: BiLM, rows: int, repeats: int = 200) -> None:
@@ -107,7 +109,9 @@ def main(
             models[name].embed_sentences(sentences, batch_size=batch_size)
             if rnd:
                 best[name] = min(best[name], time.perf_counter() - start)
-    print(f"{shape}, batch {batch_size}, {n_tokens} tokens, {torch.get_num_threads()} threads, torch {torch.__version__}")
+    print(
+        f"{shape}, batch {batch_size}, {n_tokens} tokens, {torch.get_num_threads()} threads, torch {torch.__version__}"
+    )
     for name, seconds in best.items():
         gain = best["plain"] / seconds - 1
         mark = "  (default for this shape)" if name == default else ""

@@ -79,7 +79,10 @@ def main(
         seconds = time.perf_counter() - start
         predicted[precision] = [[t.tag_ for t in doc] for doc in docs]
         correct = sum(p == g for ps, gs in zip(predicted[precision], gold) for p, g in zip(ps, gs))
-        typer.echo(f"{precision}: tag accuracy {correct / n_tokens:.4f} on {n_tokens} tokens, {n_tokens / seconds:.0f} tokens/s")
+        typer.echo(
+            f"{precision}: tag accuracy {correct / n_tokens:.4f} on {n_tokens} tokens, {n_tokens / seconds:.0f} "
+            "tokens/s"
+        )
     for precision in fast:
         changed = sum(a != b for xs, ys in zip(predicted["fp32"], predicted[precision]) for a, b in zip(xs, ys))
         typer.echo(f"tags changed by {precision}: {changed} of {n_tokens} ({100 * changed / n_tokens:.2f}%)")

@@ -135,16 +135,19 @@ def main(
     batch_size: int = typer.Option(32),
 ) -> None:
     import torch
-
-    from inference_speed import make_sentences
-    from spacy_elmo.bilm.options import published_options
-    from spacy_elmo.bilm import BiLM
     from cell_variants import CellEngine
+    from inference_speed import make_sentences
+
+    from spacy_elmo.bilm import BiLM
     from spacy_elmo.bilm.fast.packed import sigmoid_cell
+    from spacy_elmo.bilm.options import published_options
 
     start = time.perf_counter()
     kernel = build_kernel()
-    typer.echo(f"kernel built/loaded in {time.perf_counter() - start:.0f} s ({torch.backends.cpu.get_cpu_capability()})")
+    typer.echo(
+        f"kernel built/loaded in {time.perf_counter() - start:.0f} s ({torch.backends.cpu.get_cpu_capability()})"
+    )
+
     def kernel_cell(fast_exp: bool):
         def cell(gates, c2, clip):
             return kernel.cell(gates.contiguous(), c2, float("inf") if clip is None else clip, fast_exp)
@@ -161,7 +164,10 @@ def main(
         for name, variant in variants.items():
             fn = variant
             seconds = _best_seconds(lambda: fn(gates.clone(), c2.clone(), 6.0), repeats, calls=200)
-            typer.echo(f"one step's cell (2 x {batch_size} x {cell_dim}), {name:>14}: {seconds * 1e6:7.1f} us (with two copies)")
+            typer.echo(
+                f"one step's cell (2 x {batch_size} x {cell_dim}), {name:>14}: {seconds * 1e6:7.1f} us (with two "
+                "copies)"
+            )
 
     model = BiLM(options).eval()
     sentences = make_sentences()
@@ -176,10 +182,15 @@ def main(
         for _ in range(repeats):
             for name, engine in engines.items():
                 model.engine = engine
-                best[name] = min(best[name], _best_seconds(lambda: model.embed_sentences(sentences, batch_size=batch_size), 1))
+                best[name] = min(
+                    best[name], _best_seconds(lambda: model.embed_sentences(sentences, batch_size=batch_size), 1)
+                )
     for name in variants:
         diff = max(float(abs(a - b).max()) for a, b in zip(outputs["torch"], outputs[name]))
-        typer.echo(f"embed_sentences, {shape}, warm, {name:>14}: {n_tokens / best[name]:7,.0f} tokens/s, largest difference {diff:.1e}")
+        typer.echo(
+            f"embed_sentences, {shape}, warm, {name:>14}: {n_tokens / best[name]:7,.0f} tokens/s, largest difference "
+            f"{diff:.1e}"
+        )
 
 
 if __name__ == "__main__":

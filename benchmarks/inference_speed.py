@@ -27,7 +27,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy
 import torch
-
 import typer
 
 from spacy_elmo.bilm import BiLM, BiLMOptions
@@ -55,7 +54,9 @@ def flops_per_position(options: BiLMOptions) -> int:
     return 2 * macs
 
 
-def make_sentences(n: int = 256, min_len: int = 5, max_len: int = 40, seed: int = 0, vocab_size: int = 20_000) -> List[List[str]]:
+def make_sentences(
+    n: int = 256, min_len: int = 5, max_len: int = 40, seed: int = 0, vocab_size: int = 20_000
+) -> List[List[str]]:
     """A fixed, reproducible sentence set: Zipf-distributed word types of
     2-14 random letters (capitalised sometimes, punctuation among them), so
     that type/token statistics resemble running text."""
@@ -163,7 +164,10 @@ def run(
     source = text or "synthetic Zipf text"
     echo(f"sentences: {len(sentences)} from {source} ({n_tokens} tokens, {types} types), batch_size {batch_size}")
     echo("")
-    header = f"{'shape':<9} {'path':<14} {'tokens/s':>9} {'x ref':>6} {'GFLOP/s':>8} {'% fp32 peak':>11} {'max |diff|':>10} {'rel rms':>9}"
+    header = (
+        f"{'shape':<9} {'path':<14} {'tokens/s':>9} {'x ref':>6} {'GFLOP/s':>8} {'% fp32 peak':>11} "
+        f"{'max |diff|':>10} {'rel rms':>9}"
+    )
     echo(header)
     echo("-" * len(header))
     rows = []
@@ -189,7 +193,10 @@ def run(
             rows.append(row)
             d = "" if diff is None else f"{diff:.2e}"
             r = "" if rel is None else f"{rel:.2e}"
-            echo(f"{name:<9} {path:<14} {tps:9.0f} {tps / ref:6.1f} {gflops:8.1f} {100 * gflops / peak32:10.0f}% {d:>10} {r:>9}")
+            echo(
+                f"{name:<9} {path:<14} {tps:9.0f} {tps / ref:6.1f} {gflops:8.1f} {100 * gflops / peak32:10.0f}% "
+                f"{d:>10} {r:>9}"
+            )
 
         # Warm up allocator and kernels on the whole set, then empty the word
         # cache: "cold" means an empty cache, not the process's first call.
@@ -220,12 +227,22 @@ def main(
     device: str = typer.Option("cpu", help="cpu or cuda"),
     threads: Optional[int] = typer.Option(None, help="torch threads (default: torch's choice)"),
     output: Optional[Path] = typer.Option(None, help="Write the rows as JSON here"),
-    text: Optional[Path] = typer.Option(None, help="Take the sentences from this file (one a line, 5-40 tokens) instead of synthetic text"),
+    text: Optional[Path] = typer.Option(
+        None, help="Take the sentences from this file (one a line, 5-40 tokens) instead of synthetic text"
+    ),
 ) -> None:
     """Embedding speed on random weights of the published shapes, with the matmul peak."""
     if threads:
         torch.set_num_threads(threads)
-    rows = run([s.strip() for s in shapes.split(",") if s.strip()], sentences, batch_size, fast, device, echo=typer.echo, text=str(text) if text else None)
+    rows = run(
+        [s.strip() for s in shapes.split(",") if s.strip()],
+        sentences,
+        batch_size,
+        fast,
+        device,
+        echo=typer.echo,
+        text=str(text) if text else None,
+    )
     if output:
         output.write_text(json.dumps(rows, indent=2))
 

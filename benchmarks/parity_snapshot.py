@@ -123,7 +123,7 @@ def snapshot():
         weights = torch.Generator().manual_seed(11)
         loss = sum((layer * torch.rand(layer.shape, generator=weights)).sum() for layer in result.layers)
         loss.backward()
-        out[f"train/dropout={dropout}/outputs"] = _stack([l.detach().numpy() for l in result.layers])
+        out[f"train/dropout={dropout}/outputs"] = _stack([layer.detach().numpy() for layer in result.layers])
         for pname, p in model.named_parameters():
             out[f"train/dropout={dropout}/grad/{pname}"] = p.grad.numpy().copy()
     return out
@@ -141,7 +141,9 @@ def main(argv):
         problems += [f"only in {argv[2]}: {k}" for k in sorted(set(b) - set(a))]
         for key in sorted(set(a) & set(b)):
             if not numpy.array_equal(a[key], b[key]):
-                diff = numpy.abs(a[key].astype(numpy.float64) - b[key]).max() if a[key].shape == b[key].shape else "shape"
+                diff = (
+                    numpy.abs(a[key].astype(numpy.float64) - b[key]).max() if a[key].shape == b[key].shape else "shape"
+                )
                 problems.append(f"differs: {key} (max abs difference {diff})")
         for line in problems:
             print(line)

@@ -70,9 +70,13 @@ def rss(
     shape: str = "original",
     docs: int = 10_000,
     batch_size: int = 64,
-    product_cache_mib: Optional[int] = typer.Option(None, help="BiLM.type_product_cache budget (default: the library's)"),
+    product_cache_mib: Optional[int] = typer.Option(
+        None, help="BiLM.type_product_cache budget (default: the library's)"
+    ),
     packed_weights: Optional[bool] = typer.Option(
-        None, "--packed-weights/--no-packed-weights", help="Force packed LSTM weights on or off (default: the engine's rule)"
+        None,
+        "--packed-weights/--no-packed-weights",
+        help="Force packed LSTM weights on or off (default: the engine's rule)",
     ),
 ) -> None:
     """Peak RSS while streaming ``docs`` docs through nlp.pipe (default storage)."""
@@ -91,12 +95,16 @@ def rss(
     seconds = time.perf_counter() - start
     mib = 1024 * 1024
     typer.echo(f"docs: {docs}, tokens: {n_tokens}, {n_tokens / seconds:.0f} tokens/s")
-    typer.echo(f"RSS after loading: {before / mib:.0f} MiB; every 1000 docs: {' '.join(f'{s / mib:.0f}' for s in samples)} MiB")
+    typer.echo(
+        f"RSS after loading: {before / mib:.0f} MiB; every 1000 docs: {' '.join(f'{s / mib:.0f}' for s in samples)} MiB"
+    )
     typer.echo(f"peak RSS (VmHWM): {_status('VmHWM') / mib:.0f} MiB")
 
 
 @app.command("long-doc")
-def long_doc(text: Path = typer.Option(...), shape: str = "small", tokens: int = 100_000, dtype: str = "float32") -> None:
+def long_doc(
+    text: Path = typer.Option(...), shape: str = "small", tokens: int = 100_000, dtype: str = "float32"
+) -> None:
     """Peak memory of one Doc of ``tokens`` tokens without sentence
     boundaries (the words of ``text``, whitespace-split, cycled), against
     the size of its result on Doc._.elmo. The extra peak is VmHWM after the

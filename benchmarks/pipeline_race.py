@@ -38,8 +38,9 @@ characters a line), split by spaCy's English tokenizer and sentencizer,
 made once; every run gets fresh copies (made outside the timed region).
 ``--threads N``: ``torch.set_num_threads(N)`` before the path runs (the
 ``elmo`` component's own thread policy then decides within that;
-``--elmo-threads 0`` turns it off, ``--elmo-threads 1`` fixes one thread). ``--load N`` starts N busy processes (``while True: pass``)
-for the whole run and stops them at the end: the loaded-machine case.
+``--elmo-threads 0`` turns it off, ``--elmo-threads 1`` fixes one thread).
+``--load N`` starts N busy processes (``while True: pass``) for the whole run
+and stops them at the end: the loaded-machine case.
 The table gives the median words/s over the rounds (min-max beside it);
 ``--json`` writes every figure, the machine and the settings (no paths).
 ``--profile PATH`` instead runs each path once under cProfile and writes
@@ -120,7 +121,11 @@ def build_paths(minilm: Optional[Path], names: List[str], elmo_threads: Optional
     paths: Dict[str, Callable] = {}
     # The component's thread policy (None: leave the component's default; a
     # checkout from before the policy has no such setting).
-    model_cfg = {} if elmo_threads is None else {"model": {"threads": int(elmo_threads) if elmo_threads.isdigit() else elmo_threads}}
+    model_cfg = (
+        {}
+        if elmo_threads is None
+        else {"model": {"threads": int(elmo_threads) if elmo_threads.isdigit() else elmo_threads}}
+    )
     if "bilm" in names:
         bilm = load_bilm(model, options).eval()
         getter = spacy_elmo.component.registrations.configure_sent_or_strided_spans()
@@ -134,7 +139,10 @@ def build_paths(minilm: Optional[Path], names: List[str], elmo_threads: Optional
         nlp = spacy.blank("en")
         spacy_elmo.add_elmo(nlp, model, options, config=model_cfg)
         paths["elmo"] = lambda docs, nlp=nlp: [None for _ in nlp.pipe(docs, batch_size=64)]
-    for name, cfg_name, labels in (("elmo_tagger", "elmo_tagger.cfg", with_tags), ("elmo_ner", "elmo_ner.cfg", with_entities)):
+    for name, cfg_name, labels in (
+        ("elmo_tagger", "elmo_tagger.cfg", with_tags),
+        ("elmo_ner", "elmo_ner.cfg", with_entities),
+    ):
         if name not in names:
             continue
         config = Config().from_disk(REPO / "configs" / cfg_name,
@@ -195,12 +203,20 @@ def main(
     load: int = typer.Option(0, min=0, max=64, help="busy processes running beside the timing"),
     minilm: Optional[Path] = typer.Option(None, help="MiniLM-L6 model directory (project/scripts/fetch_minilm.py)"),
     paths: List[str] = typer.Option(
-        ["bilm", "elmo", "elmo_tagger", "tok2vec_tagger", "elmo_small", "minilm_tagger"], "--path",
-        help="which paths to time (repeat; also elmo_ner, minilm_ner)"),
-    elmo_threads: Optional[str] = typer.Option(None, help="the elmo component's threads setting (auto, 0, N; default: its own)"),
+        ["bilm", "elmo", "elmo_tagger", "tok2vec_tagger", "elmo_small", "minilm_tagger"],
+        "--path",
+        help="which paths to time (repeat; also elmo_ner, minilm_ner)",
+    ),
+    elmo_threads: Optional[str] = typer.Option(
+        None, help="the elmo component's threads setting (auto, 0, N; default: its own)"
+    ),
     json_out: Optional[Path] = typer.Option(None, "--json", help="write every figure here"),
-    profile: Optional[Path] = typer.Option(None, help="run each path once under cProfile; write the top functions here"),
-    model: Optional[str] = typer.Option(None, help="the biLM of the ELMo paths: NAME|DIR|FILE (default: the shipped one)"),
+    profile: Optional[Path] = typer.Option(
+        None, help="run each path once under cProfile; write the top functions here"
+    ),
+    model: Optional[str] = typer.Option(
+        None, help="the biLM of the ELMo paths: NAME|DIR|FILE (default: the shipped one)"
+    ),
     options: Optional[str] = typer.Option(None, help="options.json, for a bare weights file as --model"),
 ) -> None:
     import spacy
@@ -254,11 +270,26 @@ def main(
             cells.append(f"{statistics.median(values):>10,.0f} ({min(values):,.0f}-{max(values):,.0f})")
         typer.echo(f"{name:<16}" + "".join(f"{c:>34}" for c in cells))
     if json_out:
-        json_out.write_text(json.dumps({
-            "model": Path(model).name if model else "shipped", "text": text.name, "docs": len(base_docs), "words": n_words, "rounds": rounds, "load": load, "elmo_threads": elmo_threads,
-            "threads": threads, "cpu": cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__,
-            "words_per_second": figures,
-        }, indent=1), encoding="utf-8")
+        json_out.write_text(
+            json.dumps(
+                {
+                    "model": Path(model).name if model else "shipped",
+                    "text": text.name,
+                    "docs": len(base_docs),
+                    "words": n_words,
+                    "rounds": rounds,
+                    "load": load,
+                    "elmo_threads": elmo_threads,
+                    "threads": threads,
+                    "cpu": cpu_name(),
+                    "cores": os.cpu_count(),
+                    "torch": torch.__version__,
+                    "words_per_second": figures,
+                },
+                indent=1,
+            ),
+            encoding="utf-8",
+        )
 
 
 if __name__ == "__main__":

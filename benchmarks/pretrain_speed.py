@@ -58,10 +58,10 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     from inference_speed import flops_per_position, matmul_peak
-    from spacy_elmo.bilm.options import published_options
-    from spacy_elmo.bilm.options import BiLMOptions
-    from spacy_elmo.pretrain.corpus import Corpus
+
+    from spacy_elmo.bilm.options import BiLMOptions, published_options
     from spacy_elmo.pretrain.batches import Batcher, epoch_batches
+    from spacy_elmo.pretrain.corpus import Corpus
     from spacy_elmo.pretrain.model import PretrainModel
     from spacy_elmo.pretrain.vocab import Vocab
 
@@ -115,8 +115,11 @@ def main() -> None:
           f"torch {torch.__version__}, device {device}"
           + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""))
     name = args.options or args.shape
-    print(f"shape {name}: lstm {options.lstm_dim}/{options.projection_dim}, {n_params / 1e6:.1f}M parameters "
-          f"(softmax {sum(p.numel() for p in model.head.parameters()) / 1e6:.1f}M, vocab {len(vocab)}, cutoffs {model.head.cutoffs})")
+    print(
+        f"shape {name}: lstm {options.lstm_dim}/{options.projection_dim}, {n_params / 1e6:.1f}M parameters "
+        f"(softmax {sum(p.numel() for p in model.head.parameters()) / 1e6:.1f}M, vocab {len(vocab)}, cutoffs "
+        f"{model.head.cutoffs})"
+    )
     print(f"text: {'real (' + args.text + ')' if args.text else 'synthetic Zipf'}, batch {args.batch_size} sentences, "
           f"precision {args.precision}")
     print(f"{steps} steps, {tokens} tokens in {elapsed:.1f} s: {tokens / elapsed:.0f} tokens/s, "

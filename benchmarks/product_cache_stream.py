@@ -30,8 +30,8 @@ def main(
 ) -> None:
     import torch
 
-    from spacy_elmo.bilm.options import published_options
     from spacy_elmo.bilm import BiLM
+    from spacy_elmo.bilm.options import published_options
 
     torch.manual_seed(seed)
     cached = BiLM(published_options(shape)).eval()
@@ -50,10 +50,15 @@ def main(
             seconds[name] += time.perf_counter() - began
     n_tokens = sum(len(words) for words in stream)
     cache = cached.type_product_cache
-    typer.echo(f"{len(stream)} sentences, {n_tokens} tokens, {shape}, batch {batch_size}, {torch.get_num_threads()} threads")
+    typer.echo(
+        f"{len(stream)} sentences, {n_tokens} tokens, {shape}, batch {batch_size}, {torch.get_num_threads()} threads"
+    )
     for name, total in seconds.items():
         typer.echo(f"{name:<11} {n_tokens / total:8.0f} tokens/s")
-    typer.echo(f"types found in the cache: {cache.hits} of {cache.hits + cache.misses} ({100 * cache.hits / max(1, cache.hits + cache.misses):.0f}%)")
+    typer.echo(
+        f"types found in the cache: {cache.hits} of {cache.hits + cache.misses} "
+        f"({100 * cache.hits / max(1, cache.hits + cache.misses):.0f}%)"
+    )
 
 
 if __name__ == "__main__":

@@ -99,14 +99,21 @@ def _max_diff(reference_output: Dict, ours: List[numpy.ndarray], sentences) -> f
 
 
 def run_shape(
-    name: str, sentences, batch_size: int, rounds: int, tolerance: float, seed: int, echo=print, product_cache_mib: int = 0
+    name: str,
+    sentences,
+    batch_size: int,
+    rounds: int,
+    tolerance: float,
+    seed: int,
+    echo=print,
+    product_cache_mib: int = 0,
 ) -> List[Dict]:
     import torch
-
     from inference_speed import PUBLISHED, _deviation
-    from spacy_elmo.bilm.options import published_options
+
     from spacy_elmo.bilm import BiLM
     from spacy_elmo.bilm.fast import int8_supported
+    from spacy_elmo.bilm.options import published_options
 
     ElmoBiLm, batch_to_ids = import_reference()
     torch.manual_seed(seed)
@@ -122,7 +129,10 @@ def run_shape(
         diff = _max_diff(reference(batch_to_ids(first)), ours.embed_sentences(first), first)
     echo(f"{name}: largest difference from the reference on the first batch {diff:.1e}")
     if not diff <= tolerance:
-        raise SystemExit(f"{name}: outputs differ from the reference by {diff:.2e} > {tolerance:g}; timings would compare different things")
+        raise SystemExit(
+            f"{name}: outputs differ from the reference by {diff:.2e} > {tolerance:g}; timings would compare "
+            "different things"
+        )
 
     def reference_pass():
         reference._elmo_lstm.reset_states()
@@ -177,7 +187,9 @@ def run_shape(
 
 
 def main(
-    shapes: List[str] = typer.Option(["small", "medium", "original"], "--shapes", help="Published shape to run; repeat the option for several"),
+    shapes: List[str] = typer.Option(
+        ["small", "medium", "original"], "--shapes", help="Published shape to run; repeat the option for several"
+    ),
     batch_size: int = typer.Option(32, help="Sentences per batch (both implementations)"),
     n_sentences: int = typer.Option(256, help="Sentences in the set (the benchmark's synthetic Zipf text)"),
     rounds: int = typer.Option(2, help="Timed rounds per path, best of"),
@@ -189,20 +201,22 @@ def main(
     import platform
 
     import torch
-
     from inference_speed import make_sentences, matmul_peak
 
     sentences = make_sentences(n_sentences, seed=seed)
     n_tokens = sum(len(s) for s in sentences)
     peak = matmul_peak(torch.float32)
     print(
-        f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
+        f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch "
+        f"{torch.__version__}, "
         f"CPU capability {torch.backends.cpu.get_cpu_capability()}, fp32 matmul peak {peak:.0f} GFLOP/s"
     )
     print(f"{len(sentences)} sentences, {n_tokens} tokens, batch size {batch_size}, best of {rounds} rounds\n")
     rows = []
     for name in shapes:
-        shape_rows = run_shape(name, sentences, batch_size, rounds, tolerance, seed, product_cache_mib=product_cache_mib)
+        shape_rows = run_shape(
+            name, sentences, batch_size, rounds, tolerance, seed, product_cache_mib=product_cache_mib
+        )
         rows.extend(shape_rows)
         header = f"{'shape':<9} {'path':<13} {'tokens/s':>9} {'x live ref':>10} {'rel rms vs exact':>16}"
         print(header)
@@ -221,7 +235,9 @@ def main(
         )
     if output:
         with open(output, "w", encoding="utf8") as file:
-            json.dump({"fp32_matmul_peak_gflops": peak, "threads": torch.get_num_threads(), "rows": rows}, file, indent=2)
+            json.dump(
+                {"fp32_matmul_peak_gflops": peak, "threads": torch.get_num_threads(), "rows": rows}, file, indent=2
+            )
 
 
 if __name__ == "__main__":

@@ -31,7 +31,11 @@ def accuracies(bilm, data, method):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help="model name, directory, weights file or URL, as the CLI's --model (default: the shipped English biLM)")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="model name, directory, weights file or URL, as the CLI's --model (default: the shipped English biLM)",
+    )
     parser.add_argument("--options", default=None)
     parser.add_argument("--data", default=None, help="senses set (default: the packaged English set)")
     parser.add_argument("--seeds", type=int, default=10, help="random-weights biLMs, seeds 0..N-1")

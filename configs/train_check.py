@@ -67,7 +67,9 @@ def main(
     for name in ("brown", "wnut", "sentiment"):
         for split in ("train", "dev"):
             if not (corpus / name / f"{split}.spacy").is_file():
-                raise typer.BadParameter(f"{corpus / name / split}.spacy is missing: fetch it with project/scripts/fetch_{name}.py")
+                raise typer.BadParameter(
+                    f"{corpus / name / split}.spacy is missing: fetch it with project/scripts/fetch_{name}.py"
+                )
     mixed_corpus(corpus, output / "tagger_ner")
     summary = []
     for config, data, keys in RUNS:
@@ -79,11 +81,19 @@ def main(
             "--training.max_steps", str(steps), "--training.eval_frequency", str(eval_frequency),
             "--corpora.dev.limit", str(dev_limit),
         ]
-        print("$ python -m spacy train configs/" + config + " " + " ".join(command[5:]).replace(str(output), "OUT").replace(str(corpus), "CORPUS"), flush=True)
+        print(
+            "$ python -m spacy train configs/"
+            + config
+            + " "
+            + " ".join(command[5:]).replace(str(output), "OUT").replace(str(corpus), "CORPUS"),
+            flush=True,
+        )
         start = time.perf_counter()
         subprocess.run(command, check=True)
         seconds = time.perf_counter() - start
-        meta = json.loads((output / config.removesuffix(".cfg") / "model-last" / "meta.json").read_text(encoding="utf-8"))
+        meta = json.loads(
+            (output / config.removesuffix(".cfg") / "model-last" / "meta.json").read_text(encoding="utf-8")
+        )
         scores = ", ".join(f"{k} {100 * meta['performance'][k]:.1f}" for k in keys)
         summary.append(f"| `{config}` | {data} | {steps} | {seconds:.0f} | {scores} |")
     print("\n| config | data | steps | seconds | dev scores of model-last |\n|---|---|---|---|---|")

@@ -25,7 +25,10 @@ print(f"Doc._.elmo: {river._.elmo.layers.shape} (layers, tokens, dim)")
 vectors = [doc._.elmo.layers[-1][[t.text for t in doc].index("Bank")] for doc in (river, money)]
 cosine = float(numpy.dot(*vectors) / (numpy.linalg.norm(vectors[0]) * numpy.linalg.norm(vectors[1])))
 print(f"top layer, 'Bank' on a bench vs. at a bank: cosine {cosine:.3f}")
-print(f"layer 0 (context-free) is the same in both: {numpy.allclose(river._.elmo.layers[0][6], money._.elmo.layers[0][5])}")
+print(
+    f"layer 0 (context-free) is the same in both: "
+    f"{numpy.allclose(river._.elmo.layers[0][6], money._.elmo.layers[0][5])}"
+)
 
 with tempfile.TemporaryDirectory() as folder:
     nlp.to_disk(folder)

@@ -19,12 +19,11 @@ from typing import Dict, Optional, Tuple, Union
 import numpy
 
 from . import hub
-from .hub import families
 from .bilm import BiLM
 from .bilm.formats import efml
 from .bilm.options import BiLMOptions, parameter_count
 from .bilm.weights import WeightFileError, read_checked
-from .hub import CacheError, DownloadError, ModelNotFoundError  # noqa: F401 (the errors of this module's functions)
+from .hub import CacheError, DownloadError, ModelNotFoundError, families  # noqa: F401 (the errors of this module's functions)
 
 PathLike = Union[str, Path]
 Checked = Tuple[BiLMOptions, Dict[str, numpy.ndarray]]
@@ -98,7 +97,9 @@ def load_bilm(
     ``kwargs`` go to :class:`~spacy_elmo.bilm.BiLM`."""
     _check_local_weights_file(weights)
     check = _Check()
-    weights_path, options_path = hub.resolve(weights, options, check=check, check_options=check.options, progress=progress)
+    weights_path, options_path = hub.resolve(
+        weights, options, check=check, check_options=check.options, progress=progress
+    )
     if efml.is_model_dir(weights_path):
         return efml.load(weights_path, **kwargs)
     read = check.read if check.read is not None else read_checked(weights_path, options_path)

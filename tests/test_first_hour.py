@@ -14,8 +14,8 @@ from thinc.api import Config
 
 from spacy_elmo.bilm import OptionsError, WeightFileError
 from spacy_elmo.hub import ModelNotFoundError
-
-from tests.helpers.paths import FIXTURES, REPO as ROOT
+from tests.helpers.paths import FIXTURES
+from tests.helpers.paths import REPO as ROOT
 
 CONFIGS = ROOT / "configs"
 SAMPLE = FIXTURES / "training_sample"
@@ -34,7 +34,9 @@ def _corpus(name: str, split: str, tmp_path: Path) -> Path:
     if "+" not in name:
         return SAMPLE / f"{name}_{split}.spacy"
     vocab = spacy.blank("en").vocab
-    docs = [doc for part in name.split("+") for doc in DocBin().from_disk(SAMPLE / f"{part}_{split}.spacy").get_docs(vocab)]
+    docs = [
+        doc for part in name.split("+") for doc in DocBin().from_disk(SAMPLE / f"{part}_{split}.spacy").get_docs(vocab)
+    ]
     path = tmp_path / f"{name}_{split}.spacy"
     DocBin(docs=docs).to_disk(path)
     return path
@@ -137,8 +139,21 @@ def test_wheel_has_licence_and_entry_points(tmp_path):
     """The wheel a user builds from a checkout: LICENSE inside, the console
     script and spaCy's entry points declared, Python >= 3.10."""
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (wheel,) = tmp_path.glob("spacy_elmo-*.whl")

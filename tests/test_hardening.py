@@ -16,11 +16,10 @@ import srsly
 import torch
 from spacy.tokens import DocBin
 
-from tests.helpers.models import random_model, rewrite_saved_bilm
-
 from spacy_elmo import WeightFileError, add_elmo
 from spacy_elmo.component.doc_data import ElmoDataError
 from spacy_elmo.component.saved_pipeline import MAX_MODEL_BYTES, SavedPipelineError
+from tests.helpers.models import random_model, rewrite_saved_bilm
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +126,9 @@ def _flip_float_bytes(state):
     "edit",
     [
         _flip_float_bytes,
-        lambda s: s["options"]["lstm"].__setitem__("use_skip_connections", not s["options"]["lstm"].get("use_skip_connections", False)),
+        lambda s: s["options"]["lstm"].__setitem__(
+            "use_skip_connections", not s["options"]["lstm"].get("use_skip_connections", False)
+        ),
         lambda s: s["options"]["lstm"].__setitem__("cell_clip", 1.5),
         lambda s: s["options"]["lstm"].__setitem__("proj_clip", 0.25),
     ],
@@ -291,10 +292,9 @@ HOLDER = textwrap.dedent(
 
 
 def test_second_run_on_an_output_refuses_naming_the_holder(tmp_path):
-    from tests.helpers.pretrain import tiny_config, write_corpus
-
     from spacy_elmo.pretrain import pretrain
     from spacy_elmo.pretrain.errors import PretrainError
+    from tests.helpers.pretrain import tiny_config, write_corpus
 
     corpus = write_corpus(tmp_path, 40)
     out = tmp_path / "out"

@@ -192,7 +192,13 @@ def test_the_cycle_check_sees_a_cycle_through_a_function(tmp_path):
     (package / "c.py").write_text("def helper():\n    from .a import run\n    return run\n", encoding="utf-8")
     (package / "d.py").write_text("import pkg.b\nfrom pkg import c\n", encoding="utf-8")
     graph = _graph(package)
-    assert graph == {"pkg": {"pkg.a"}, "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.c"}, "pkg.c": {"pkg.a"}, "pkg.d": {"pkg.b", "pkg.c"}}
+    assert graph == {
+        "pkg": {"pkg.a"},
+        "pkg.a": {"pkg.b"},
+        "pkg.b": {"pkg.c"},
+        "pkg.c": {"pkg.a"},
+        "pkg.d": {"pkg.b", "pkg.c"},
+    }
     assert _cycles(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
     (package / "c.py").write_text("def helper():\n    return 1\n", encoding="utf-8")
     assert _cycles(_graph(package)) == []

@@ -14,10 +14,8 @@ import spacy
 import torch
 from torch.overrides import TorchFunctionMode
 
-from tests.helpers.models import random_model, rewrite_saved_bilm, small_options
-
 from spacy_elmo import BiLM, BiLMOptions, OptionsError, WeightFileError, add_elmo  # noqa: E402
-
+from tests.helpers.models import random_model, rewrite_saved_bilm, small_options
 
 # ------------------------------------------------ 1. concurrent nlp() calls
 N_THREADS = 4
@@ -106,7 +104,9 @@ def test_models_with_locks_still_copy_and_pickle():
     for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
         with clone.token_cache.lock, clone.type_product_cache.lock:
             pass
-        numpy.testing.assert_allclose(clone.embed_sentences([["a", "b"]])[0], model.embed_sentences([["a", "b"]])[0], atol=1e-6)
+        numpy.testing.assert_allclose(
+            clone.embed_sentences([["a", "b"]])[0], model.embed_sentences([["a", "b"]])[0], atol=1e-6
+        )
 
 
 # --------------------------------------------- 2./3. options, before allocation
@@ -289,10 +289,9 @@ def test_inference_settings_come_from_the_config_and_survive_a_save(tmp_path):
 
 
 # ------------------------------------------------------- 4./5./6. pretraining
-from tests.helpers.pretrain import tiny_config, write_corpus, write_options  # noqa: E402
-
 from spacy_elmo.pretrain import PretrainError, load_checkpoint, pretrain  # noqa: E402
 from spacy_elmo.pretrain.runlog import read_log  # noqa: E402
+from tests.helpers.pretrain import tiny_config, write_corpus, write_options  # noqa: E402
 
 
 def _checkpoint_of(tmp_path, corpus, **settings):
@@ -343,7 +342,9 @@ def test_resume_refuses_a_vocabulary_of_another_size(tmp_path, one_torch_thread)
     Vocab(vocab.words[:-3]).to_file(tmp_path / "vocab.txt")  # same path, three words fewer
     n = len(vocab)
     with pytest.raises(PretrainError, match=rf"vocabulary differs from the checkpoint's \({n} -> {n - 3} words"):
-        pretrain(_resume_with_more_steps(tmp_path, corpus, vocab=str(tmp_path / "vocab.txt")), resume=True, progress=False)
+        pretrain(
+            _resume_with_more_steps(tmp_path, corpus, vocab=str(tmp_path / "vocab.txt")), resume=True, progress=False
+        )
 
 
 def test_resume_reports_the_changes_it_allows(tmp_path, one_torch_thread, caplog):
@@ -355,7 +356,9 @@ def test_resume_reports_the_changes_it_allows(tmp_path, one_torch_thread, caplog
     moved.mkdir()
     (moved / "train.txt").write_text(corpus.read_text())  # the same text elsewhere
     with caplog.at_level(logging.WARNING, logger="spacy_elmo.pretrain.checkpoint"):
-        summary = pretrain(_resume_with_more_steps(tmp_path, moved / "train.txt", log_every=2), resume=True, progress=False)
+        summary = pretrain(
+            _resume_with_more_steps(tmp_path, moved / "train.txt", log_every=2), resume=True, progress=False
+        )
     assert summary["step"] == 4
     text = caplog.text
     assert "resuming with changed settings" in text and "max_steps: 2 -> 4" in text
@@ -376,7 +379,9 @@ def test_unwritable_output_is_found_before_the_corpus_is_read(tmp_path, monkeypa
     monkeypatch.setattr(prepare, "read_corpus", read_corpus)
     (tmp_path / "a_file").write_text("not a directory")
     corpus = write_corpus(tmp_path, 20)
-    with pytest.raises(PretrainError, match=r"cannot write to the output directory .*a_file/out.*choose a writable --output"):
+    with pytest.raises(
+        PretrainError, match=r"cannot write to the output directory .*a_file/out.*choose a writable --output"
+    ):
         pretrain(tiny_config(tmp_path, corpus, "a_file/out"), progress=False)
     # A writable output is probed without leaving anything behind when the run fails.
     with pytest.raises(AssertionError, match="the corpus was read"):
@@ -384,7 +389,9 @@ def test_unwritable_output_is_found_before_the_corpus_is_read(tmp_path, monkeypa
     assert not (tmp_path / "fresh").exists()
 
 
-def test_disk_full_while_checkpointing_is_a_clear_error_and_keeps_the_last_checkpoint(tmp_path, monkeypatch, one_torch_thread):
+def test_disk_full_while_checkpointing_is_a_clear_error_and_keeps_the_last_checkpoint(
+    tmp_path, monkeypatch, one_torch_thread
+):
     corpus = write_corpus(tmp_path, 60)
     real_save = torch.save
     calls = []
@@ -399,7 +406,11 @@ def test_disk_full_while_checkpointing_is_a_clear_error_and_keeps_the_last_check
     monkeypatch.setattr(torch, "save", save)
     config = tiny_config(tmp_path, corpus, max_steps=6, checkpoint_every=2)
     last = tmp_path / "out" / "checkpoints" / "last.pt"
-    with pytest.raises(PretrainError, match=r"cannot write the checkpoint .*last\.pt \(RuntimeError: .*inline_container.*\); the previous checkpoint .*last\.pt is intact\. Free disk space"):
+    with pytest.raises(
+        PretrainError,
+        match=r"cannot write the checkpoint .*last\.pt \(RuntimeError: .*inline_container.*\); the previous "
+              r"checkpoint .*last\.pt is intact\. Free disk space",
+    ):
         pretrain(config, progress=False)
     assert load_checkpoint(last)["step"] == 2
     assert not (last.parent / "last.pt.tmp").exists()
@@ -411,10 +422,22 @@ def test_one_word_corpus_ends_with_a_final_message(tmp_path, one_torch_thread):
     from spacy_elmo.cli import app
 
     (tmp_path / "one.txt").write_text("hello\n")
-    result = CliRunner().invoke(app, [
-        "pretrain", str(tmp_path / "one.txt"), "--output", str(tmp_path / "run"), "--options", str(write_options(tmp_path)),
-        "--max-steps", "2", "--no-progress", "--threads", "1",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "pretrain",
+            str(tmp_path / "one.txt"),
+            "--output",
+            str(tmp_path / "run"),
+            "--options",
+            str(write_options(tmp_path)),
+            "--max-steps",
+            "2",
+            "--no-progress",
+            "--threads",
+            "1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "step 2: done" in result.output and "no held-out perplexity" in result.output and "--dev" in result.output
 
@@ -444,5 +467,7 @@ def test_embed_command_reports_bad_files_without_a_traceback(tmp_path):
     from spacy_elmo.cli import app
 
     random_model(0).to_hdf5(tmp_path / "w.hdf5", tmp_path / "o.json")
-    result = CliRunner().invoke(app, ["embed", "--model", str(tmp_path / "w.hdf5"), "--options", str(tmp_path)], input="a b\n")
+    result = CliRunner().invoke(
+        app, ["embed", "--model", str(tmp_path / "w.hdf5"), "--options", str(tmp_path)], input="a b\n"
+    )
     assert result.exit_code == 2 and "is a directory" in result.output

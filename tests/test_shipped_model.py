@@ -57,8 +57,8 @@ def test_the_model_card_and_continuation_files_ship_with_it():
     assert last["dev_ppl"] < last["unigram_dev_ppl"] / 2  # far below the unigram baseline
     assert f"{last['dev_ppl']:.1f}" in (SHIPPED_MODEL_DIR / "MODEL_CARD.md").read_text(encoding="utf-8")
     # The softmax that `pretrain --init` continues from fits the model and its vocabulary.
-    from spacy_elmo.pretrain.lm_head import LMHead
     from spacy_elmo.pretrain.export import load_softmax
+    from spacy_elmo.pretrain.lm_head import LMHead
 
     options = json.loads((SHIPPED_MODEL_DIR / "options.json").read_text(encoding="utf-8"))
     n_words = len((SHIPPED_MODEL_DIR / "vocab.txt").read_text(encoding="utf-8").splitlines())

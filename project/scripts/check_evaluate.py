@@ -15,9 +15,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from portable_paths import scrub
-
 import typer
+
+from common import scrub
 
 CORPUS = {"pos": "brown", "ner": "wnut", "sentiment": "sentiment"}
 MAIN_SCORE = {"pos": "tag_acc", "ner": "ents_f", "sentiment": "cats_macro_f"}
@@ -47,11 +47,22 @@ def main(
             continue
         with tempfile.TemporaryDirectory() as tmp:
             scores = Path(tmp) / "scores.json"
-            command = [sys.executable, "-m", "spacy", "evaluate", str(model), str(corpus_dir / CORPUS[task] / "test.spacy"),
-                       "--gold-preproc", "--output", str(scores)]
+            command = [
+                sys.executable,
+                "-m",
+                "spacy",
+                "evaluate",
+                str(model),
+                str(corpus_dir / CORPUS[task] / "test.spacy"),
+                "--gold-preproc",
+                "--output",
+                str(scores),
+            ]
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode != 0:
-                rows.append((task, system, path.stem, run["test"].get(MAIN_SCORE[task]), None, scrub(done.stderr[-300:])))
+                rows.append(
+                    (task, system, path.stem, run["test"].get(MAIN_SCORE[task]), None, scrub(done.stderr[-300:]))
+                )
                 bad += 1
                 continue
             got = json.loads(scores.read_text(encoding="utf-8"))[MAIN_SCORE[task]]

@@ -63,10 +63,11 @@ def batches(examples, words: int, n: int):
 
 def measure(config_path: Path, overrides: Dict[str, str], train: Path, dev: Path, n_batches: int,
             predict_words: int) -> Dict[str, float]:
-    import spacy_elmo.component.elmo  # noqa: F401
     from spacy.training import Corpus
     from spacy.training.initialize import init_nlp
     from spacy.util import load_config
+
+    import spacy_elmo.component.elmo  # noqa: F401
 
     config = load_config(config_path, overrides=overrides, interpolate=False)
     nlp = init_nlp(config)
@@ -190,7 +191,10 @@ def main(
                 data = corpus_dir / CORPUS[task]
                 costs[(system, task)] = measure(configs / f"{system}_{task}.cfg", overrides, data / "train.spacy",
                                                 data / "dev.spacy", n_batches, predict_words)
-                typer.echo(f"{system}/{task}: " + ", ".join(f"{k} {1000 * x:.3f} ms/word" for k, x in costs[(system, task)].items()))
+                typer.echo(
+                    f"{system}/{task}: "
+                    + ", ".join(f"{k} {1000 * x:.3f} ms/word" for k, x in costs[(system, task)].items())
+                )
         output.parent.mkdir(parents=True, exist_ok=True)
         output.with_suffix(".json").write_text(json.dumps({"/".join(k): c for k, c in costs.items()}, indent=1))
     plan = [r for r in plan_from_vars(v) if r["system"] in systems.split(",") and r["task"] in tasks.split(",")]
@@ -208,8 +212,13 @@ def main(
     for (system, task), c in costs.items():
         lines.append(f"| {system} | {task} | {1000 * c['update_first']:.3f} | {1000 * c['update_again']:.3f} | "
                      f"{1000 * c['predict_first']:.3f} | {1000 * c['predict_again']:.3f} |")
-    lines += ["", "Estimated CPU hours of the `all` plan (full `max_steps` every run):", "",
-              "| system | " + " | ".join(tasks.split(",")) + " | total |", "|---|" + "---|" * (len(tasks.split(",")) + 1)]
+    lines += [
+        "",
+        "Estimated CPU hours of the `all` plan (full `max_steps` every run):",
+        "",
+        "| system | " + " | ".join(tasks.split(",")) + " | total |",
+        "|---|" + "---|" * (len(tasks.split(",")) + 1),
+    ]
     grand = 0.0
     for system in systems.split(","):
         row = [totals.get((system, t), 0.0) / 3600 for t in tasks.split(",")]

@@ -44,7 +44,7 @@ source and any set of slices is a fair sample of the corpus;
 ``train/NNN.txt``. ``stats.json``: per source files, missing blobs,
 documents kept and dropped, lines and words (whitespace) in training and
 held out, duplicate lines dropped; per slice words and sha256.
-"""
+"""  # noqa: E501 (the table of sources)
 import gzip
 import hashlib
 import html
@@ -57,8 +57,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import typer
 
-from fetch_pretrain_text import HELDOUT_SHA256, is_heldout, is_prose, normalise, split_long
-from registry_fetch import sha256_of
+from common import HELDOUT_SHA256, is_heldout, is_prose, normalise, sha256_of, split_long
 
 N_SLICES = 96
 HELDOUT_PER_MILLE = 1
@@ -173,8 +172,10 @@ def repository(name: str, given: Dict[str, Path], assets: Path) -> Path:
     if path is None:
         path = assets / repo.replace("/", "+")
         if not path.exists():
-            subprocess.run(["git", "clone", "--bare", "--filter=blob:limit=4m", f"https://github.com/{repo}", str(path)],
-                           check=True)
+            subprocess.run(
+                ["git", "clone", "--bare", "--filter=blob:limit=4m", f"https://github.com/{repo}", str(path)],
+                check=True,
+            )
     known = subprocess.run(["git", "-C", str(path), "cat-file", "-e", commit + "^{commit}"], capture_output=True)
     if known.returncode != 0:
         raise SystemExit(f"{path}: no commit {commit} of {repo}; give --git {name}=DIR with a copy holding it")
@@ -202,11 +203,15 @@ def slice_of(document: str) -> int:
 
 def main(
     out: Path = typer.Argument(..., help="Output directory (corpus/pretrain3)"),
-    base: Path = typer.Option(..., help="The registry corpus built by fetch_pretrain_text.py --extra-sources linux_doc,perl_doc"),
+    base: Path = typer.Option(
+        ..., help="The registry corpus built by fetch_pretrain_text.py --extra-sources linux_doc,perl_doc"
+    ),
     git: List[str] = typer.Option([], help="NAME=PATH: a local git copy of a source's repository"),
     assets: Path = typer.Option(Path("assets"), help="Where repositories are cloned when no --git is given"),
     only: str = typer.Option("", help="Comma-separated sources to build (default: all); the rest are left out"),
-    write_pins: bool = typer.Option(False, "--write-pins", help="Record every input's sha256 in pins/ instead of checking"),
+    write_pins: bool = typer.Option(
+        False, "--write-pins", help="Record every input's sha256 in pins/ instead of checking"
+    ),
 ) -> None:
     if sha256_of(base / "heldout.txt") != HELDOUT_SHA256:
         raise SystemExit(f"{base}/heldout.txt is not the pinned held-out slice; rebuild --base first")
@@ -277,10 +282,16 @@ def main(
     base_stats = json.loads((base / "stats.json").read_text(encoding="utf-8"))
     summary = {
         "sources": stats,
-        "base": {"directory": base.name, "total": base_stats.get("total"), "extra_total": base_stats.get("extra_total")},
+        "base": {
+            "directory": base.name,
+            "total": base_stats.get("total"),
+            "extra_total": base_stats.get("extra_total"),
+        },
         "heldout_per_mille": HELDOUT_PER_MILLE,
-        "slices": [{"file": f"train/{i:03d}.txt", "words": slice_words[i], "sha256": sha256_of(out / "train" / f"{i:03d}.txt")}
-                   for i in range(N_SLICES)],
+        "slices": [
+            {"file": f"train/{i:03d}.txt", "words": slice_words[i], "sha256": sha256_of(out / "train" / f"{i:03d}.txt")}
+            for i in range(N_SLICES)
+        ],
         "heldout_v3_sha256": sha256_of(out / "heldout_v3.txt"),
         "inputs_sha256": hashlib.sha256("".join(line + "\n" for line in sorted(inputs)).encode("utf-8")).hexdigest(),
     }

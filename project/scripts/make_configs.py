@@ -127,7 +127,10 @@ max_mib = ${paths.elmo_cache_mib}
 """
 
 SYSTEMS = {
-    "baseline": (["tok2vec"], "", """
+    "baseline": (
+        ["tok2vec"],
+        "",
+        """
 [components.tok2vec]
 factory = "tok2vec"
 
@@ -135,15 +138,24 @@ factory = "tok2vec"
 @architectures = "spacy.Tok2Vec.v2"
 
 [components.tok2vec.model.embed]
-""" + TOK2VEC_EMBED + """
+"""
+        + TOK2VEC_EMBED
+        + """
 [components.tok2vec.model.encode]
-""" + TOK2VEC_ENCODE + """
+"""
+        + TOK2VEC_ENCODE
+        + """
 [components.{c}.model.tok2vec]
 @architectures = "spacy.Tok2VecListener.v1"
 width = ${components.tok2vec.model.encode.width}
 upstream = "tok2vec"
-"""),
-    "elmo_listener": (["elmo"], "elmo_weights = null\nelmo_options = null\nelmo_cache_mib = 4096\n", ELMO_COMPONENT + """
+""",
+    ),
+    "elmo_listener": (
+        ["elmo"],
+        "elmo_weights = null\nelmo_options = null\nelmo_cache_mib = 4096\n",
+        ELMO_COMPONENT
+        + """
 [components.{c}.model.tok2vec]
 @architectures = "spacy_elmo.ElmoListener.v1"
 upstream = "elmo"
@@ -152,8 +164,13 @@ layer_norm = false
 l2 = 0.0
 dropout = 0.1
 width = 256
-"""),
-    "elmo_tok2vec": (["elmo"], "elmo_weights = null\nelmo_options = null\nelmo_cache_mib = 4096\n", ELMO_COMPONENT + """
+""",
+    ),
+    "elmo_tok2vec": (
+        ["elmo"],
+        "elmo_weights = null\nelmo_options = null\nelmo_cache_mib = 4096\n",
+        ELMO_COMPONENT
+        + """
 [components.{c}.model.tok2vec]
 @architectures = "spacy_elmo.ElmoTok2Vec.v1"
 upstream = "elmo"
@@ -165,10 +182,17 @@ elmo_width = null
 output_width = 0
 
 [components.{c}.model.tok2vec.embed]
-""" + TOK2VEC_EMBED + """
+"""
+        + TOK2VEC_EMBED
+        + """
 [components.{c}.model.tok2vec.encode]
-""" + TOK2VEC_ENCODE),
-    "transformer": (["transformer"], "transformer = \"assets/minilm\"\n", """
+"""
+        + TOK2VEC_ENCODE,
+    ),
+    "transformer": (
+        ["transformer"],
+        'transformer = "assets/minilm"\n',
+        """
 [components.transformer]
 factory = "transformer"
 max_batch_items = 4096
@@ -199,7 +223,8 @@ upstream = "transformer"
 warmup_steps = 250
 total_steps = ${training.max_steps}
 initial_rate = {rate}
-"""),
+""",
+    ),
 }
 
 #: MiniLM's peak learning rate per task: spaCy's transformer default (5e-5)
@@ -297,9 +322,10 @@ def build(system: str, task: str) -> str:
 
 def write(system: str, task: str, output_dir: Path) -> Path:
     """Fill ``build(system, task)`` with spaCy's defaults into ``output_dir``."""
-    import spacy_elmo.component.elmo  # noqa: F401
     from spacy.cli.init_config import fill_config
     from thinc.api import Config
+
+    import spacy_elmo.component.elmo  # noqa: F401
 
     if system == "transformer":
         import spacy_transformers  # noqa: F401

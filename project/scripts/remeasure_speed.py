@@ -38,8 +38,7 @@ from typing import List, Optional
 
 import typer
 
-from registry_fetch import sha256_of
-from run_grid import CORPUS, ELMO_SYSTEMS, make_slice, speed
+from common import CORPUS, ELMO_SYSTEMS, make_slice, sha256_of, speed
 
 
 def untrained_pipeline(run: dict, config_path: Path, corpus_dir: Path, elmo_weights: Optional[Path],

@@ -7,8 +7,9 @@ Reads ``METRICS/<task>/<system>/f<fraction>_s<seed>.json`` (written by
 
 - ``README.md``: per task, a table of the systems at 100% of the training
   data, or at the task's largest fraction where none ran 100% (test score
-  mean ± standard deviation over seeds, n = seeds; the other scores; words/s of the speed benchmark, all words over all seconds; size on disk; training time,
-  wall-clock and CPU); the sample-efficiency table (score per fraction);
+  mean ± standard deviation over seeds, n = seeds; the other scores; words/s
+  of the speed benchmark, all words over all seconds; size on disk; training
+  time, wall-clock and CPU); the sample-efficiency table (score per fraction);
   the learned ELMo mixes (softmax weights s_j and gamma per component and
   mix, mean over seeds at the main table's fraction);
 - ``sample_efficiency.png``: test score against the fraction of training
@@ -29,7 +30,7 @@ from typing import Dict, List, Optional
 
 import typer
 
-from portable_paths import is_absolute, portable_path
+from common import is_absolute, portable_path
 
 TASKS = {
     "pos": ("Brown POS (tagger)", "tag_acc", "accuracy"),
@@ -109,7 +110,11 @@ def task_table(task: str, by_system: Dict) -> List[str]:
         if timed:
             r = timed[0]
             mark = "" if r["speed"].get("method") == "stream" else " †"
-            row += [f"{r['speed']['words_per_s']:,.0f}{mark}", f"{r['size_bytes'] / 1e6:.1f}", f"{r['bilm_bytes'] / 1e6:.1f}"]
+            row += [
+                f"{r['speed']['words_per_s']:,.0f}{mark}",
+                f"{r['size_bytes'] / 1e6:.1f}",
+                f"{r['bilm_bytes'] / 1e6:.1f}",
+            ]
         else:
             row += ["–", "–", "–"]
         row.append(fmt(*mean_sd([r["train_seconds"] for r in runs]), scale=1 / 60))
@@ -219,8 +224,12 @@ def plots(grid: Dict, output: Path) -> List[str]:
                 if not curve:
                     continue
                 label = SYSTEM_NAMES.get(system, system)
-                axes[0][col].plot([p["step"] for p in curve], [100 * p["score"] for p in curve], marker=".", label=label)
-                axes[1][col].plot([p["seconds"] / 60 for p in curve], [100 * p["score"] for p in curve], marker=".", label=label)
+                axes[0][col].plot(
+                    [p["step"] for p in curve], [100 * p["score"] for p in curve], marker=".", label=label
+                )
+                axes[1][col].plot(
+                    [p["seconds"] / 60 for p in curve], [100 * p["score"] for p in curve], marker=".", label=label
+                )
             axes[0][col].set_title(f"{TASKS[task][0]}: dev {TASKS[task][2]}")
             axes[0][col].set_xlabel("step")
             axes[1][col].set_xlabel("training minutes (wall-clock)")
@@ -305,7 +314,9 @@ def main(
     output: Path = typer.Argument(..., help="Where to write README.md and the plots"),
     title: str = typer.Option("ELMo vs tok2vec vs a small transformer", help="Report title"),
     note: str = typer.Option("", help="A line under the title (e.g. which biLM weights)"),
-    trend: Optional[Path] = typer.Option(None, help="trend.py's metrics directory: add the score-against-perplexity section"),
+    trend: Optional[Path] = typer.Option(
+        None, help="trend.py's metrics directory: add the score-against-perplexity section"
+    ),
 ) -> None:
     runs = load(metrics)
     if not runs:
@@ -351,14 +362,21 @@ def main(
             lines += [f"Sample efficiency (test {TASKS[task][2]} by % of the training data):", ""] + eff + [""]
     mixes = [row for task in TASKS if task in grid for row in mix_rows(task, grid[task])]
     if mixes:
-        lines += ["## Learned ELMo mixes", "",
-                  "softmax(w) per biLM layer (0 = token encoder) and gamma; mean over seeds at the fraction of the task's main table. "
-                  "`name[1]` is a component's second mix (ELMo at the output).", ""]
+        lines += [
+            "## Learned ELMo mixes",
+            "",
+            "softmax(w) per biLM layer (0 = token encoder) and gamma; mean over seeds at the fraction of the task's "
+            "main table. "
+            "`name[1]` is a component's second mix (ELMo at the output).",
+            "",
+        ]
         n_layers = max(len(row[3]) for row in mixes)
         lines.append("| task | system | mix | " + " | ".join(f"s_{j}" for j in range(n_layers)) + " | gamma | n |")
         lines.append("|" + "---|" * (n_layers + 5))
         for task, system, name, s, gamma, n in mixes:
-            lines.append(f"| {task} | {system} | {name} | " + " | ".join(f"{x:.3f}" for x in s) + f" | {gamma:.3f} | {n} |")
+            lines.append(
+                f"| {task} | {system} | {name} | " + " | ".join(f"{x:.3f}" for x in s) + f" | {gamma:.3f} | {n} |"
+            )
         lines.append("")
     for png in written:
         lines += [f"![{png}]({png})", ""]

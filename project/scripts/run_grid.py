@@ -49,9 +49,7 @@ training loop's wall seconds from ``log.jsonl`` and its CPU time is unknown
 (``null``): the process that knew it is gone.
 """
 import json
-import math
 import os
-import random
 import resource
 import subprocess
 import sys
@@ -61,49 +59,16 @@ from typing import Dict, List, Optional
 
 import typer
 
-from portable_paths import portable_path
-from registry_fetch import sha256_of
+from common import CORPUS, ELMO_SYSTEMS, fraction_name, make_slice, portable_path, sha256_of, speed
 
-CORPUS = {"pos": "brown", "ner": "wnut", "sentiment": "sentiment"}
 MAIN_SCORE = {"pos": "tag_acc", "ner": "ents_f", "sentiment": "cats_macro_f"}
-ELMO_SYSTEMS = ("elmo_listener", "elmo_tok2vec")
-
-
 def split_list(text: str) -> List[str]:
     return [item.strip() for item in str(text).replace(";", ",").split(",") if item.strip()]
 
 
-def fraction_name(fraction: float) -> str:
-    return f"{fraction:g}".replace(".", "p")
-
-
-def make_slice(train: Path, fraction: float, seed: int, out_dir: Path) -> Path:
-    """The training docs of one run (see the module docstring)."""
-    if fraction >= 100:
-        return train
-    out = out_dir / f"train_f{fraction_name(fraction)}_s{seed}.spacy"
-    if out.exists():
-        return out
-    from spacy.tokens import DocBin
-    import spacy
-
-    vocab = spacy.blank("en").vocab
-    docbin = DocBin().from_disk(train)
-    docs = list(docbin.get_docs(vocab))
-    order = list(range(len(docs)))
-    random.Random(seed).shuffle(order)
-    n = max(1, math.ceil(len(docs) * fraction / 100))
-    sliced = DocBin(store_user_data=True)
-    for i in order[:n]:
-        sliced.add(docs[i])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    sliced.to_disk(out)
-    return out
-
-
 def corpus_stats(path: Path) -> Dict[str, int]:
-    from spacy.tokens import DocBin
     import spacy
+    from spacy.tokens import DocBin
 
     docs = list(DocBin().from_disk(path).get_docs(spacy.blank("en").vocab))
     return {"docs": len(docs), "words": sum(len(doc) for doc in docs)}
@@ -148,31 +113,6 @@ def train_run(config: Path, output: Path, train: Path, dev: Path, seed: int, bud
         raise SystemExit(f"training failed ({config.name}, {output}):\n{tail}")
     cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
     return {"wall": seconds, "cpu": cpu}
-
-
-def speed(nlp, test: Path, n_docs: int, batches: int, warmup_epochs: int, batch_size: int) -> Dict[str, float]:
-    """Words/s of ``nlp.pipe`` over the whole benchmark stream (all words / all
-    seconds), with the docs and warm-up of spaCy's ``benchmark speed``; its
-    mean of per-batch rates beside it (see the module docstring)."""
-    import numpy
-    from spacy.cli.benchmark_speed import annotate, warmup
-    from spacy.training import Corpus
-
-    docs = [eg.predicted for eg in Corpus(test)(nlp)][:n_docs]
-    warmup(nlp, docs, warmup_epochs, batch_size)
-    rng = random.Random(0)
-    bench = [nlp.make_doc(rng.choice(docs).text) for _ in range(batches * batch_size)]
-    words = sum(len(doc) for doc in bench)
-    start = time.perf_counter()
-    wps = numpy.asarray(annotate(nlp, bench, batch_size))
-    seconds = time.perf_counter() - start
-    return {
-        "words_per_s": words / seconds,
-        "words_per_s_batch_mean": float(wps.mean()),
-        "words": words, "seconds": seconds,
-        "batches": batches, "batch_size": batch_size, "docs": len(docs), "warmup_epochs": warmup_epochs,
-        "method": "stream",
-    }
 
 
 def other_bilm(record: dict, provenance: Dict[str, str]) -> Optional[str]:
@@ -271,15 +211,20 @@ def main(
                         typer.echo(f"[{task} {system} {name}] recorded with other biLM weights (sha256 {other[:16]}…): "
                                    f"training again with {provenance['elmo_weights_sha256'][:16]}…")
                     else:
-                        typer.echo(f"[{task} {system} {name}] recorded with another budget ({json.dumps(other_steps, sort_keys=True)}): "
-                                   f"training again with {json.dumps(budget, sort_keys=True)}")
+                        typer.echo(
+                            f"[{task} {system} {name}] recorded with another budget "
+                            f"({json.dumps(other_steps, sort_keys=True)}): "
+                            f"training again with {json.dumps(budget, sort_keys=True)}"
+                        )
                 output = training_dir / task / system / name
                 train_slice = make_slice(train, fraction, seed, data / "slices")
                 if score_stopped:
                     log = read_log(output / "log.jsonl")
                     if not log or not (output / "model-best").is_dir():
                         raise SystemExit(f"{output}: no log.jsonl with evaluations and model-best to score")
-                    typer.echo(f"[{task} {system} {name}] scoring model-best of a run stopped at step {log[-1]['step']}")
+                    typer.echo(
+                        f"[{task} {system} {name}] scoring model-best of a run stopped at step {log[-1]['step']}"
+                    )
                     times = {"wall": log[-1]["seconds"], "cpu": None}
                 else:
                     typer.echo(f"[{task} {system} {name}] training on {train_slice} ...")

@@ -2,10 +2,10 @@
 with its model card.
 
     python scripts/ship_model.py RUN_DIR ../spacy_elmo/models/english \
-        --corpus-stats corpus/pretrain/stats.json --command "..." --date YYYY-MM-DD \
+        --corpus-stats corpus/pretrain2/stats.json --command "..." --date YYYY-MM-DD \
         [--senses senses.json] [--downstream reports/summary.json]
     python scripts/ship_model.py --update-card ../spacy_elmo/models/english \
-        --corpus-stats corpus/pretrain/stats.json --senses senses.json --downstream reports/summary.json
+        --corpus-stats corpus/pretrain2/stats.json --senses senses.json --downstream reports/summary.json
 
 Copies the run's export (``weights.hdf5``, ``options.json``, ``vocab.txt``,
 ``softmax.hdf5``: the last two let ``pretrain --init`` continue the model) and
@@ -38,11 +38,13 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
-from campaign_snapshot import FILES, copy_checkpoint, read_log
-from portable_paths import portable_config
-from registry_fetch import sha256_of
+from common import portable_config, sha256_of
+
+#: The files of an exported model that ship: the biLM, its options, and the
+#: vocabulary and softmax that ``pretrain --init`` continues from.
+FILES = ("weights.hdf5", "softmax.hdf5", "options.json", "vocab.txt")
 
 
 def run_summary(run: Path, step: Optional[int] = None, tokens_seen: Optional[int] = None,
@@ -51,10 +53,8 @@ def run_summary(run: Path, step: Optional[int] = None, tokens_seen: Optional[int
     ``tokens_seen``): the log up to that step, whose last record must be a held-out
     evaluation at that very step, or ``measured`` (``dev_ppl_forward``,
     ``dev_ppl_backward``, ``dev_ppl``, ``dev_tokens`` of the shipped weights,
-    measured at that step); None: the whole log (a finished run), and
-    for a committed snapshot the step, tokens and checked perplexity of its
-    ``snapshot.json``."""
-    records = read_log(run)  # a running campaign's last line may be cut off mid-write
+    measured at that step); None: the whole log (a finished run)."""
+    records = read_log(run)
     if step is not None:
         records = [r for r in records if int(r.get("step", 0)) <= step]
     if measured is not None:  # the shipped weights' own held-out evaluation, at their step
@@ -94,12 +94,6 @@ def run_summary(run: Path, step: Optional[int] = None, tokens_seen: Optional[int
         "config": portable_config(config),
         "curve": [(r["step"], r["dev_ppl"]) for r in evals],
     }
-    snapshot = run / "snapshot.json"
-    if step is None and snapshot.exists():  # a snapshot's step may lie after its log's last evaluation
-        record = json.loads(snapshot.read_text(encoding="utf-8"))
-        summary["step"], summary["tokens_seen"] = record["step"], record["tokens_seen"]
-        if record.get("check"):  # measured at that very step (campaign_snapshot.py --check)
-            summary["dev_ppl"] = record["check"]["ppl"]["float32"]
     return summary
 
 
@@ -109,8 +103,8 @@ def finished_run(run: Path, export_dir: Path) -> tuple:
     the log must end with the run's ``end`` record (the weights `pretrain`
     exports at the end are those of that step), or with ``stopped`` right
     after a ``checkpoint`` of the same step (a run stopped by a signal, whose
-    checkpoint was exported, as ``pretrain_chunk.py train`` does at its hard
-    limit); the export must be of RUN (its options and vocabulary)."""
+    checkpoint was exported, as ``pretrain --time-limit`` does); the export
+    must be of RUN (its options and vocabulary)."""
     records = read_log(run)
     ended = bool(records) and records[-1]["event"] == "end"
     stopped = (len(records) >= 2 and records[-1]["event"] == "stopped" and records[-2]["event"] == "checkpoint"
@@ -150,20 +144,50 @@ def held_out(export_dir: Path, config: dict) -> dict:
 
 
 def run_config(run: Path) -> dict:
-    """The run's pretraining settings: its ``config.json``, or those kept in the
-    ``snapshot.json`` of a committed snapshot (``campaign_snapshot.py``), so that a
-    run whose directory is gone can still be named with ``--earlier``."""
-    if (run / "config.json").exists():
-        return json.loads((run / "config.json").read_text(encoding="utf-8"))
-    if (run / "snapshot.json").exists():
-        return json.loads((run / "snapshot.json").read_text(encoding="utf-8"))["config"]
-    raise SystemExit(f"{run}: neither config.json (a run directory) nor snapshot.json (a campaign snapshot)")
+    """The run's pretraining settings (its ``config.json``)."""
+    if not (run / "config.json").is_file():
+        raise SystemExit(f"{run}: no config.json: give a `python -m spacy_elmo pretrain` output directory")
+    return json.loads((run / "config.json").read_text(encoding="utf-8"))
+
+
+def read_log(run: Path) -> list:
+    """The records of RUN's ``log.jsonl`` (a clear error when it is missing or damaged)."""
+    from spacy_elmo.pretrain.errors import PretrainError
+    from spacy_elmo.pretrain.runlog import read_log as read_run_log
+
+    if not (run / "log.jsonl").is_file():
+        raise SystemExit(f"{run}: no log.jsonl: give a `python -m spacy_elmo pretrain` output directory")
+    try:
+        return read_run_log(run / "log.jsonl")
+    except PretrainError as err:
+        raise SystemExit(str(err)) from None
+
+
+def copy_checkpoint(run: Path, folder: Path, checkpoint: Optional[Path] = None) -> Tuple[Path, int, int]:
+    """Copy RUN's last.pt (or ``checkpoint``) into ``folder`` first, as a run still
+    training replaces last.pt while we read it; returns the copy, its step and its
+    tokens seen."""
+    from spacy_elmo.pretrain.checkpoint import checkpoint_path, load_checkpoint
+
+    copy = folder / "pinned.pt"
+    shutil.copyfile(checkpoint_path(run, checkpoint), copy)
+    state = load_checkpoint(copy)
+    return copy, int(state["step"]), int(state["tokens_seen"])
+
+
+def corpus_command(config: dict) -> str:
+    """The project command that builds the corpus a run read: corpus v3's
+    (``corpus/pretrain3``) or the registry text's."""
+    folders = {Path(p).parts[:2] for p in config.get("train") or []}
+    return "fetch-corpus" if ("corpus", "pretrain3") in folders else "fetch-registry-text"
 
 
 def machine() -> str:
     try:
         lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        model = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")), "")
+        model = next(
+            (line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")), ""
+        )
         flags = next((line for line in lscpu.splitlines() if line.startswith("Flags")), "")
         isa = "AVX-512 bf16" if "avx512_bf16" in flags else ("AVX-512" if "avx512f" in flags else "AVX2")
     except (OSError, subprocess.CalledProcessError):
@@ -194,7 +218,11 @@ def senses_record(path: Path, weights: Path) -> dict:
     for method, by_layer in data["model"].items():
         for layer, accuracy in by_layer.items():
             rnd = data["random"][method][layer]
-            layers.setdefault(layer, {})[method] = {"model": accuracy, "random_mean": rnd["mean"], "random_sd": rnd["sd"]}
+            layers.setdefault(layer, {})[method] = {
+                "model": accuracy,
+                "random_mean": rnd["mean"],
+                "random_sd": rnd["sd"],
+            }
     return {"data": data.get("data", ""), "seeds": data.get("seeds"), "layers": layers}
 
 
@@ -213,10 +241,17 @@ def downstream_record(path: Path, weights: Optional[Path] = None) -> dict:
     for label, task, fraction, measure in DOWNSTREAM_ROWS:
         cells = {system: summary.get(task, {}).get(system, {}).get(fraction) for system in ("baseline", "elmo_tok2vec")}
         if all(cells.values()):
-            rows[label] = {"measure": measure, **{
-                system: {"mean": cell["test"][0], "sd": cell["test"][1], "n": cell["n"]} for system, cell in cells.items()}}
+            rows[label] = {
+                "measure": measure,
+                **{
+                    system: {"mean": cell["test"][0], "sd": cell["test"][1], "n": cell["n"]}
+                    for system, cell in cells.items()
+                },
+            }
     if not rows:
-        raise SystemExit(f"--downstream {path.name}: no task with both tok2vec (baseline) and ELMo (elmo_tok2vec) scores")
+        raise SystemExit(
+            f"--downstream {path.name}: no task with both tok2vec (baseline) and ELMo (elmo_tok2vec) scores"
+        )
     return rows
 
 
@@ -243,7 +278,11 @@ def senses_text(senses: dict) -> str:
             f"{100 * cells[m]['model']:.1f} | {100 * cells[m]['random_mean']:.1f} ± {100 * cells[m]['random_sd']:.1f}"
             for m in methods) + " |"
         for layer, cells in sorted(senses["layers"].items(), key=lambda kv: (kv[0] == "mix", kv[0])))
-    seeds = f"{senses['seeds']} random-weights biLMs of the same shape" if senses.get("seeds") else "random-weights biLMs of the same shape"
+    seeds = (
+        f"{senses['seeds']} random-weights biLMs of the same shape"
+        if senses.get("seeds")
+        else "random-weights biLMs of the same shape"
+    )
     return (f"Word-sense accuracy (%) on {senses.get('data') or 'the packaged sense set'}, leave-one-frame-out "
             f"(chance 50), against {seeds} (`python benchmarks/senses_baseline.py --json FILE`):\n\n"
             f"{head}\n{rule}\n{body}")
@@ -296,12 +335,14 @@ def write_card(target: Path, history: list, stats: dict, command: str, note: str
     total_train = sum(s["train_words"] for s in corpus.values())
     total_held = sum(s["heldout_words"] for s in corpus.values())
     extra = [name for name in corpus if name in stats.get("extra_sources", {})]
-    extra_text = (f" Sources added after the held-out slice was fixed ({', '.join(extra)}) hold out their "
-                  "lines in `heldout_new.txt`, not in the slice the perplexities above are measured on.") if extra else ""
-    # The corpus with the extra sources is the v2 fetch command's, and so is a
-    # run that read some of its files from corpus/pretrain2 (where that command writes).
-    from_v2 = any(Path(p).parts[:2] == ("corpus", "pretrain2") for p in cfg.get("train") or [])
-    fetch_command = "fetch-pretrain-text-v2" if extra or from_v2 else "fetch-pretrain-text"
+    extra_text = (
+        (
+            f" Sources added after the held-out slice was fixed ({', '.join(extra)}) hold out their "
+            "lines in `heldout_new.txt`, not in the slice the perplexities above are measured on."
+        )
+        if extra
+        else ""
+    )
     on_gpu = any(word in current["machine"] for word in ("NVIDIA", "GPU"))
     where = "on CPUs and, for part of its training, a GPU" if on_gpu else "on a CPU"
     threads = "" if on_gpu else "; torch threads as in the command below; the machine ran other work beside it"
@@ -310,7 +351,8 @@ def write_card(target: Path, history: list, stats: dict, command: str, note: str
     # same corpus (a stage recorded before stages kept theirs counts as the same).
     epoch = current["corpus_tokens"]
     if all(st.get("corpus_tokens", epoch) == epoch for st in current.get("stages") or []):
-        seen = f"{current['tokens_seen']:,} ({current['tokens_seen'] / epoch:.2f} passes over the {epoch:,} training tokens)"
+        passes = current["tokens_seen"] / epoch
+        seen = f"{current['tokens_seen']:,} ({passes:.2f} passes over the {epoch:,} training tokens)"
     else:
         seen = (f"{current['tokens_seen']:,} in all stages (epochs differ between stages; the last stage's: "
                 f"{epoch:,} training tokens)")
@@ -328,30 +370,30 @@ contextual English vectors offline.
 
 | | |
 |---|---|
-| shape | char-CNN filters {cnn['filters']} ({sum(n for _, n in cnn['filters'])} in all), {cnn['n_highway']} highway, char embedding {cnn['embedding']['dim']}; 2 x {lstm['n_layers']}-layer LSTM, cell {lstm['dim']}, projection {lstm['projection_dim']}, cell/projection clip {lstm.get('cell_clip')}/{lstm.get('proj_clip')}, skip connections |
-| output | {lstm['n_layers'] + 1} layers of {2 * lstm['projection_dim']} dimensions per token |
-| parameters | {current['parameters']:,} in training, of which the biLM shipped here is the part without the softmax |
-| softmax (training only) | adaptive, {current['vocab_size']:,} words (`vocab.txt`, `softmax.hdf5`: what `pretrain --init` continues from) |
+| shape | char-CNN filters {cnn["filters"]} ({sum(n for _, n in cnn["filters"])} in all), {cnn["n_highway"]} highway, char embedding {cnn["embedding"]["dim"]}; 2 x {lstm["n_layers"]}-layer LSTM, cell {lstm["dim"]}, projection {lstm["projection_dim"]}, cell/projection clip {lstm.get("cell_clip")}/{lstm.get("proj_clip")}, skip connections |
+| output | {lstm["n_layers"] + 1} layers of {2 * lstm["projection_dim"]} dimensions per token |
+| parameters | {current["parameters"]:,} in training, of which the biLM shipped here is the part without the softmax |
+| softmax (training only) | adaptive, {current["vocab_size"]:,} words (`vocab.txt`, `softmax.hdf5`: what `pretrain --init` continues from) |
 | files | `weights.hdf5` + `options.json` in the published bilm-tf/AllenNLP format |
 
 ## Training
 
 | | |
 |---|---|
-| steps | {current['step']:,} optimizer steps{stages_text}{'' if stages_text else ','} of {cfg['batch_size']} windows per process (at most {cfg['max_tokens']} tokens each) |
+| steps | {current["step"]:,} optimizer steps{stages_text}{"" if stages_text else ","} of {cfg["batch_size"]} windows per process (at most {cfg["max_tokens"]} tokens each) |
 | tokens seen | {seen} |
-| optimizer | {last}{cfg['optimizer']}, lr {cfg['lr']}, {cfg['warmup_steps']} warm-up steps, {cfg['schedule']} decay to 0 at step {cfg['max_steps']:,}; dropout {cfg['dropout']}; gradient norm clip {cfg['clip_norm']} |
-| wall time | {current['train_hours']:.1f} h of training |
-| hardware | {current['machine']}{threads} |
+| optimizer | {last}{cfg["optimizer"]}, lr {cfg["lr"]}, {cfg["warmup_steps"]} warm-up steps, {cfg["schedule"]} decay to 0 at step {cfg["max_steps"]:,}; dropout {cfg["dropout"]}; gradient norm clip {cfg["clip_norm"]} |
+| wall time | {current["train_hours"]:.1f} h of training |
+| hardware | {current["machine"]}{threads} |
 
-Held-out perplexity ({current['dev_tokens']:,} held-out tokens per direction, never trained on; exact for
-the model's adaptive softmax over {current['vocab_size']:,} words, with out-of-vocabulary words as `<UNK>`):
+Held-out perplexity ({current["dev_tokens"]:,} held-out tokens per direction, never trained on; exact for
+the model's adaptive softmax over {current["vocab_size"]:,} words, with out-of-vocabulary words as `<UNK>`):
 
 | forward | backward | geometric mean | unigram baseline |
 |---|---|---|---|
-| {current['dev_ppl_forward']:.1f} | {current['dev_ppl_backward']:.1f} | {current['dev_ppl']:.1f} | {current['unigram_dev_ppl']:.0f} |
+| {current["dev_ppl_forward"]:.1f} | {current["dev_ppl_backward"]:.1f} | {current["dev_ppl"]:.1f} | {current["unigram_dev_ppl"]:.0f} |
 
-Reproduce (from `project/`, after `python -m weasel run {fetch_command}`):
+Reproduce (from `project/`, after `python -m weasel run {corpus_command(cfg)}`):
 
 ```bash
 {command}
@@ -394,7 +436,7 @@ of the same shape; 1%-POS: ELMo against tok2vec:
 | shipped | step | tokens seen | training | parameters | forward | backward | mean | unigram | senses | 1%-POS |
 |---|---|---|---|---|---|---|---|---|---|---|
 {rows}
-"""
+"""  # noqa: E501 (the card's tables and command are markdown lines)
     (target / "MODEL_CARD.md").write_text(text, encoding="utf-8")
 
 
@@ -421,15 +463,25 @@ def main() -> None:
     parser.add_argument("--command", default=None, help="the command that trained the run, for the card")
     parser.add_argument("--date", default=None, help="shipping date, for the history")
     parser.add_argument("--earlier", type=Path, action="append", default=[],
-                        help="a run that RUN continued (with --init from its export), or its committed snapshot "
-                             "(campaign_snapshot.py): its steps, tokens and time are added")
-    parser.add_argument("--note", default=None, help="a remark printed under the command in the card (e.g. how the run was resumed)")
-    parser.add_argument("--senses", type=Path, default=None, help="benchmarks/senses_baseline.py --json output for these weights")
-    parser.add_argument("--downstream", type=Path, default=None, help="the project's reports/summary.json with these weights")
+                        help="a run that RUN continued (with --init from its export): its steps, tokens and time "
+                             "are added")
+    parser.add_argument(
+        "--note", default=None, help="a remark printed under the command in the card (e.g. how the run was resumed)"
+    )
+    parser.add_argument(
+        "--senses", type=Path, default=None, help="benchmarks/senses_baseline.py --json output for these weights"
+    )
+    parser.add_argument(
+        "--downstream", type=Path, default=None, help="the project's reports/summary.json with these weights"
+    )
     parser.add_argument("--update-card", action="store_true",
                         help="add --senses/--downstream to the shipped version and rewrite its card; no new weights")
-    parser.add_argument("--checkpoint", type=Path, default=None,
-                        help="the checkpoint to ship (default: RUN's last.pt); its step must have a held-out evaluation")
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="the checkpoint to ship (default: RUN's last.pt); its step must have a held-out evaluation",
+    )
     parser.add_argument("--export", type=Path, default=None,
                         help="ship this export of RUN's finished training (its final weights, as `pretrain` wrote them "
                              "to RUN/export) instead of a checkpoint: for a run trained on another machine whose "

@@ -11,7 +11,7 @@ them, so that a perplexity can be reported per source or per kind:
         corpus/pretrain2/heldout_parts/reference --each --model MODEL
 
 gives the slice's prose part, its reference part and (``all``) the whole slice,
-the figure every campaign run is compared on.
+the figure every model of the project is compared on.
 
 Kinds: ``reference`` is text that defines or documents (dictionary entries,
 WordNet glosses, software manuals: ``REFERENCE_SOURCES``), ``prose`` is every
@@ -43,7 +43,7 @@ def split(corpus: Path, out: Path) -> Dict[str, Dict[str, int]]:
         stats = json.loads(stats_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise SystemExit(f"{stats_path}: cannot read the corpus statistics ({err}); build the corpus first "
-                         "(weasel run fetch-pretrain-text-v2)")
+                         "(weasel run fetch-registry-text)")
     written: Dict[str, Dict[str, int]] = {}
     for text_name, table, folder in (("heldout.txt", stats.get("sources"), None),
                                      ("heldout_new.txt", stats.get("extra_sources"), "new")):

@@ -12,7 +12,7 @@ from typing import List
 
 import typer
 
-from registry_fetch import sha256_of
+from common import sha256_of
 from spacy_elmo.pretrain.corpus_cache import save_corpus
 from spacy_elmo.pretrain.reading import read_corpus
 

@@ -1,7 +1,7 @@
 """The perplexity trend: one task trained with biLMs of different quality.
 
     python scripts/trend.py step1250=DIR1 step2600=DIR2 shipped=../spacy_elmo/models/english \\
-        --heldout corpus/pretrain/heldout.txt --task pos --fraction 1 --seeds 0 -- --max-steps 1500 ...
+        --heldout corpus/pretrain2/heldout.txt --task pos --fraction 1 --seeds 0 -- --max-steps 1500 ...
 
 For each ``LABEL=DIR`` (an exported biLM with ``vocab.txt`` and
 ``softmax.hdf5`` beside its weights, such as checkpoints along the shipped
@@ -29,8 +29,8 @@ from typing import List, Optional
 
 import typer
 
-from portable_paths import portable_path
-from registry_fetch import sha256_of as sha256
+from common import portable_path
+from common import sha256_of as sha256
 
 SCRIPTS = Path(__file__).resolve().parent
 
@@ -68,7 +68,9 @@ def main(
                     **perplexity(directory, [heldout])}
             history = directory / "history.jsonl"
             if history.exists():
-                last = [json.loads(line) for line in history.read_text(encoding="utf-8").splitlines() if line.strip()][-1]
+                last = [json.loads(line) for line in history.read_text(encoding="utf-8").splitlines() if line.strip()][
+                    -1
+                ]
                 info.update({k: last[k] for k in ("step", "tokens_seen") if k in last})
             info_path.write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
         typer.echo(f"[{label}] held-out perplexity {info['ppl']:.1f}")
@@ -79,7 +81,9 @@ def main(
         subprocess.run(command, check=True)
 
 
-def reuse_matching_runs(main_metrics: Path, out: Path, task: str, system: str, digest: str, grid_args: List[str]) -> None:
+def reuse_matching_runs(
+    main_metrics: Path, out: Path, task: str, system: str, digest: str, grid_args: List[str]
+) -> None:
     """Copy the main grid's runs of this biLM (same weights, task, system and
     budget) into the trend, so run_grid skips them."""
     budget = {}

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from portable_paths import REPO, portable_config, portable_path, scrub
+from common import REPO, portable_config, portable_path, scrub
 
-COMMITTED = [REPO / "project" / "metrics", REPO / "project" / "reports", REPO / "project" / "campaign",
+COMMITTED = [REPO / "project" / "metrics", REPO / "project" / "reports",
              REPO / "spacy_elmo" / "models"]
 TEXT_SUFFIXES = {".json", ".jsonl", ".md", ".txt", ".cfg", ".csv", ".yml", ".yaml", ".log"}
 #: Top-level folders of machines' absolute paths (built from names, so this file holds none itself).
@@ -28,7 +28,9 @@ def test_the_scan_sees_the_committed_outputs():
 def test_no_machine_path_in_committed_outputs(path):
     text = path.read_text(encoding="utf-8", errors="replace")
     found = MACHINE_PATH.search(text)
-    assert found is None, f"{path.relative_to(REPO)} holds a machine path near {text[found.start() - 40:found.end() + 40]!r}"
+    assert found is None, (
+        f"{path.relative_to(REPO)} holds a machine path near {text[found.start() - 40 : found.end() + 40]!r}"
+    )
 
 
 def test_portable_path_rule(tmp_path):

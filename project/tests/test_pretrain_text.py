@@ -1,8 +1,8 @@
 """Offline checks of the pretraining corpus: cleaners, the build, the held-out pin (no downloads)."""
+import fetch_pretrain_text as fpt
 import pytest
 
-import fetch_brown
-import fetch_pretrain_text as fpt
+import common
 
 GCIDE_ENTRY = """Abandon \\A*ban"don\\ ([.a]*b[a^]n"d[u^]n), v. t. [imp. & p. p.
    {Abandoned} (-d[u^]nd); p. pr. & vb. n. {Abandoning}.] [OF.
@@ -81,7 +81,7 @@ def test_filters_and_heldout_are_deterministic():
 
 
 def test_brown_split_is_shared():
-    assert [fetch_brown.split_of(i) for i in range(10)] == ["train"] * 8 + ["dev", "test"]
+    assert [common.split_of(i) for i in range(10)] == ["train"] * 8 + ["dev", "test"]
 
 
 POD = """=head1 NAME

@@ -1,12 +1,11 @@
 """The project's data scripts: parsing, labels, splits and slices (no network)."""
 
-import pytest
-import spacy
-from spacy.tokens import Doc, DocBin
-
 import fetch_sentiment
 import fetch_wnut
+import pytest
 import run_grid
+import spacy
+from spacy.tokens import Doc, DocBin
 
 
 def test_wnut_tweets_and_split():

@@ -1,12 +1,12 @@
 """project.yml reads as a plan: every grid command is a valid run_grid.py command line."""
+import ast
 import re
 import shlex
 from pathlib import Path
 
+import run_grid
 import typer
 from weasel.util import load_project_config
-
-import run_grid
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -64,4 +64,29 @@ def test_committed_configs_are_what_make_configs_writes(tmp_path):
                 assert f"initial_rate = {make_configs.TRANSFORMER_RATE[task]}" in make_configs.build(system, task)
                 continue
             assert make_configs.write(system, task, tmp_path).read_text(encoding="utf-8") == text, name
-    assert {t: float(r) for t, r in make_configs.TRANSFORMER_RATE.items()} == {"pos": 2e-4, "ner": 2e-4, "sentiment": 5e-5}
+    assert {t: float(r) for t, r in make_configs.TRANSFORMER_RATE.items()} == {
+        "pos": 2e-4,
+        "ner": 2e-4,
+        "sentiment": 5e-5,
+    }
+
+
+def test_every_script_is_a_command_and_imports_only_the_shared_module():
+    """Each script in scripts/ is run by a command of project.yml (common.py is
+    the one module they share), and no script imports another one."""
+    config = load_project_config(PROJECT)
+    lines = " ".join(line for c in config["commands"] for line in c.get("script", []))
+    scripts = sorted((PROJECT / "scripts").glob("*.py"))
+    assert [p.name for p in scripts if p.name != "common.py" and f"scripts/{p.name}" not in lines] == []
+    names = {p.stem for p in scripts}
+    for path in scripts:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            assert [m for m in modules if m in names and m != "common"] == [], path.name
+
+
+def test_no_command_or_workflow_name_carries_a_version():
+    config = load_project_config(PROJECT)
+    names = [c["name"] for c in config["commands"]] + list(config["workflows"])
+    assert [n for n in names if re.search(r"(-v\d+|\d)$", n)] == []

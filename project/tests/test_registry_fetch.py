@@ -4,8 +4,8 @@ import subprocess
 
 import pytest
 
-import registry_fetch
-from registry_fetch import FetchError, fetch, fetch_deb
+import common
+from common import FetchError, fetch, fetch_deb
 
 
 def _sha(data: bytes) -> str:
@@ -32,7 +32,7 @@ class FakeApt:
         elif cmd[:2] == ["apt-get", "download"]:
             name, version = cmd[2].split("=", 1)
             if version in self.archive and self.lists_filled:
-                (cwd / registry_fetch.deb_filename(name, version)).write_bytes(self.archive[version])
+                (cwd / common.deb_filename(name, version)).write_bytes(self.archive[version])
             else:
                 rc = 100
         return subprocess.CompletedProcess(cmd, rc, out, "E: not found" if rc else "")
@@ -49,7 +49,7 @@ def test_a_wrong_sha256_deletes_the_file_and_names_it(tmp_path):
 
 def test_deb_takes_the_first_known_version_the_archive_has(tmp_path, monkeypatch):
     apt = FakeApt({"2+deb12u9": b"security", "2+deb12u8": b"main"})
-    monkeypatch.setattr(registry_fetch, "_run", apt)
+    monkeypatch.setattr(common, "_run", apt)
     known = [("2+deb12u9", _sha(b"security")), ("2+deb12u8", _sha(b"main"))]
     deb = fetch_deb("pkg", known, tmp_path)
     assert (deb.version, deb.pinned, deb.path.read_bytes()) == ("2+deb12u9", True, b"security")
@@ -65,16 +65,16 @@ def test_deb_takes_the_first_known_version_the_archive_has(tmp_path, monkeypatch
 
 def test_deb_runs_apt_get_update_on_a_fresh_machine(tmp_path, monkeypatch):
     apt = FakeApt({"1.0-1": b"deb"}, lists_filled=False)
-    monkeypatch.setattr(registry_fetch, "_run", apt)
-    monkeypatch.setattr(registry_fetch.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(common, "_run", apt)
+    monkeypatch.setattr(common.os, "geteuid", lambda: 0)
     deb = fetch_deb("pkg", [("1.0-1", _sha(b"deb"))], tmp_path)
     assert deb.pinned and ["apt-get", "update"] in apt.calls
 
 
 def test_deb_without_root_says_to_run_apt_get_update(tmp_path, monkeypatch):
     apt = FakeApt({"1.0-1": b"deb"}, lists_filled=False)
-    monkeypatch.setattr(registry_fetch, "_run", apt)
-    monkeypatch.setattr(registry_fetch.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(common, "_run", apt)
+    monkeypatch.setattr(common.os, "geteuid", lambda: 1000)
     with pytest.raises(FetchError, match="run `sudo apt-get update`"):
         fetch_deb("pkg", [("1.0-1", _sha(b"deb"))], tmp_path)
     assert ["apt-get", "update"] not in apt.calls
@@ -82,19 +82,19 @@ def test_deb_without_root_says_to_run_apt_get_update(tmp_path, monkeypatch):
 
 def test_deb_falls_back_to_the_newest_version_unpinned(tmp_path, monkeypatch):
     apt = FakeApt({"3+deb12u1": b"newer"})
-    monkeypatch.setattr(registry_fetch, "_run", apt)
+    monkeypatch.setattr(common, "_run", apt)
     deb = fetch_deb("pkg", [("2+deb12u9", _sha(b"security"))], tmp_path)
     assert (deb.version, deb.pinned, deb.path.read_bytes()) == ("3+deb12u1", False, b"newer")
 
 
 def test_a_pinned_deb_with_another_sha256_stops(tmp_path, monkeypatch):
-    monkeypatch.setattr(registry_fetch, "_run", FakeApt({"1.0-1": b"rebuilt"}))
+    monkeypatch.setattr(common, "_run", FakeApt({"1.0-1": b"rebuilt"}))
     with pytest.raises(FetchError, match="does not match"):
         fetch_deb("pkg", [("1.0-1", _sha(b"deb"))], tmp_path)
 
 
 def test_epoch_in_the_file_name():
-    assert registry_fetch.deb_filename("wordnet-base", "1:3.0-37") == "wordnet-base_1%3a3.0-37_all.deb"
+    assert common.deb_filename("wordnet-base", "1:3.0-37") == "wordnet-base_1%3a3.0-37_all.deb"
 
 
 def test_deb_refreshes_stale_lists_before_falling_back(tmp_path, monkeypatch):
@@ -108,8 +108,8 @@ def test_deb_refreshes_stale_lists_before_falling_back(tmp_path, monkeypatch):
             return super().__call__(cmd, cwd)
 
     apt = StaleApt({"2+deb12u8": b"main"})
-    monkeypatch.setattr(registry_fetch, "_run", apt)
-    monkeypatch.setattr(registry_fetch.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(common, "_run", apt)
+    monkeypatch.setattr(common.os, "geteuid", lambda: 0)
     # The older version is pinned too, but the preferred one is looked for first.
     deb = fetch_deb("pkg", [("2+deb12u9", _sha(b"security")), ("2+deb12u8", _sha(b"main"))], tmp_path)
     assert (deb.version, deb.pinned, deb.path.read_bytes()) == ("2+deb12u9", True, b"security")

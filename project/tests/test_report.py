@@ -2,7 +2,7 @@
 import json
 import shutil
 
-from portable_paths import REPO
+from common import REPO
 
 
 def test_a_grid_without_100_percent_gets_its_main_table_at_its_fraction(tmp_path, monkeypatch):

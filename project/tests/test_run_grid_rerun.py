@@ -2,11 +2,11 @@
 with other biLM weights than the grid's (then it is trained again)."""
 import json
 
+import run_grid
 import typer
 from typer.testing import CliRunner
 
-import run_grid
-from registry_fetch import sha256_of
+from common import sha256_of
 
 APP = typer.Typer()
 APP.command()(run_grid.main)

@@ -1,15 +1,17 @@
-"""run_grid.speed: words/s over the whole stream, not spaCy's mean of per-batch rates; remeasure_speed.py times a grid again, from trained or untrained pipelines."""
+"""run_grid.speed: words/s over the whole stream, not spaCy's mean of per-batch rates;
+remeasure_speed.py times a grid again, from trained or untrained pipelines."""
+
 import json
 import time
 from pathlib import Path
 
 import pytest
+import remeasure_speed
 import spacy
 from spacy.language import Language
 from spacy.tokens import Doc, DocBin
 
-import remeasure_speed
-from run_grid import speed
+from common import speed
 
 GROUP_DOCS = 32  # docs a buffering component collects before it works
 GROUP_SECONDS = 0.2

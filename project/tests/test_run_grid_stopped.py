@@ -2,13 +2,12 @@
 scored from the model-best it left, without training, and its record says so."""
 import json
 
+import run_grid
 import spacy
+import typer
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
-import typer
 from typer.testing import CliRunner
-
-import run_grid
 
 WORDS = [["The", "dog", "runs", "."], ["A", "cat", "sleeps", "."], ["The", "bird", "sings", "."]]
 APP = typer.Typer()

@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 import ship_model
 
 SCRIPT = Path(ship_model.__file__)
@@ -33,17 +32,25 @@ def ship(*args):
 
 def senses_file(path, weights, sha=None):
     cell = {"mean": 0.5, "sd": 0.01, "min": 0.49, "max": 0.51, "seed0": 0.5}
-    data = {"data": "the packaged set", "seeds": 3,
-            "weights_sha256": sha or ship_model.sha256_of(weights),
-            "model": {"centroid": {"0": 0.5, "1": 0.62, "2": 0.71, "mix": 0.69}, "1nn": {"0": 0.5, "1": 0.6, "2": 0.65, "mix": 0.64}},
-            "random": {m: {layer: cell for layer in ("0", "1", "2", "mix")} for m in ("centroid", "1nn")}}
+    data = {
+        "data": "the packaged set",
+        "seeds": 3,
+        "weights_sha256": sha or ship_model.sha256_of(weights),
+        "model": {
+            "centroid": {"0": 0.5, "1": 0.62, "2": 0.71, "mix": 0.69},
+            "1nn": {"0": 0.5, "1": 0.6, "2": 0.65, "mix": 0.64},
+        },
+        "random": {m: {layer: cell for layer in ("0", "1", "2", "mix")} for m in ("centroid", "1nn")},
+    }
     path.write_text(json.dumps(data), encoding="utf-8")
     return path
 
 
 def test_ship_then_update_card(run, tmp_path):
     target = tmp_path / "english"
-    result = ship(run, target, "--corpus-stats", stats_file(tmp_path), "--command", "pretrain X", "--date", "2026-11-25")
+    result = ship(
+        run, target, "--corpus-stats", stats_file(tmp_path), "--command", "pretrain X", "--date", "2026-11-25"
+    )
     assert result.returncode == 0, result.stderr
     history = [json.loads(line) for line in (target / "history.jsonl").read_text().splitlines()]
     assert len(history) == 1 and history[0]["command"] == "pretrain X"
@@ -51,18 +58,14 @@ def test_ship_then_update_card(run, tmp_path):
     assert history[0]["corpus"] == {"train": {"train_words": 1000, "heldout_words": 10}}
     card = (target / "MODEL_CARD.md").read_text()
     assert "Not measured for this version." in card and "| train | 1,000 | 10 |" in card and "| other |" not in card
-    assert "after `python -m weasel run fetch-pretrain-text`" in card  # no extra source: v1's corpus command
-    with_extra = [dict(history[0], corpus={"train": history[0]["corpus"]["train"],
-                                           "extra": {"train_words": 7, "heldout_words": 2}})]
-    elsewhere = tmp_path / "with_extra"
+    assert "after `python -m weasel run fetch-registry-text`" in card  # the registry text's command
+    # A run that read corpus v3's slices: its corpus is built by fetch-corpus.
+    elsewhere = tmp_path / "v3"
     elsewhere.mkdir()
     (elsewhere / "options.json").write_bytes((target / "options.json").read_bytes())
-    ship_model.write_card(elsewhere, with_extra, json.loads(stats_file(tmp_path).read_text()), "c")
-    assert "after `python -m weasel run fetch-pretrain-text-v2`" in (elsewhere / "MODEL_CARD.md").read_text()
-    # Default sources only, but read from the v2 corpus's folder: the v2 command fetches them.
-    v2_files = [dict(history[0], config=dict(history[0]["config"], train=["corpus/pretrain2/train/train.txt"]))]
-    ship_model.write_card(elsewhere, v2_files, json.loads(stats_file(tmp_path).read_text()), "c")
-    assert "after `python -m weasel run fetch-pretrain-text-v2`" in (elsewhere / "MODEL_CARD.md").read_text()
+    v3 = [dict(history[0], config=dict(history[0]["config"], train=["corpus/pretrain3/tokens/000.npz"]))]
+    ship_model.write_card(elsewhere, v3, json.loads(stats_file(tmp_path).read_text()), "c")
+    assert "after `python -m weasel run fetch-corpus`" in (elsewhere / "MODEL_CARD.md").read_text()
     # A run no better than the shipped model is refused.
     again = ship(run, target, "--corpus-stats", stats_file(tmp_path), "--command", "c", "--date", "2026-11-26")
     assert again.returncode != 0 and "not below the shipped model's" in again.stderr
@@ -75,7 +78,9 @@ def test_ship_then_update_card(run, tmp_path):
                "ner": {"baseline": {"100.0": {"n": 3, "test": [0.29, 0.02]}}}}
     # A summary whose ELMo runs name other weights is refused; one naming these goes on the card.
     (tmp_path / "summary.json").write_text(json.dumps(dict(summary, elmo_weights_sha256=["0" * 64])), encoding="utf-8")
-    refused = ship("--update-card", target, "--corpus-stats", stats_file(tmp_path), "--downstream", tmp_path / "summary.json")
+    refused = ship(
+        "--update-card", target, "--corpus-stats", stats_file(tmp_path), "--downstream", tmp_path / "summary.json"
+    )
     assert refused.returncode != 0 and "rerun the headline grid" in refused.stderr and "summary.json" in refused.stderr
     summary["elmo_weights_sha256"] = [ship_model.sha256_of(target / "weights.hdf5")]
     (tmp_path / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
@@ -102,7 +107,7 @@ def test_corpus_used_falls_back_to_the_default_sources(tmp_path):
 
 
 def test_the_shipped_checkpoint_needs_an_evaluation_at_its_step(run):
-    """A campaign still training: its last.pt may be ahead of the last held-out evaluation;
+    """A run still training: its last.pt may be ahead of the last held-out evaluation;
     the card's figures must be the shipped weights' own."""
     summary = ship_model.run_summary(run, 4, 123)
     assert (summary["step"], summary["tokens_seen"]) == (4, 123)
@@ -110,21 +115,17 @@ def test_the_shipped_checkpoint_needs_an_evaluation_at_its_step(run):
         ship_model.run_summary(run, 3, 100)
 
 
-def test_a_committed_snapshot_counts_as_the_earlier_run(run, tmp_path):
-    """A campaign continued with --init after its run directory was lost: the
-    earlier stage is read from its committed snapshot (log.jsonl + snapshot.json)."""
-    import campaign_snapshot
+def test_an_earlier_run_counts_as_a_stage(run, tmp_path):
+    """A model trained in stages (each run continuing the last one's export with
+    --init): --earlier adds each earlier run's steps, tokens and time."""
+    import shutil
 
-    snapshot = tmp_path / "snap"
-    campaign_snapshot.main(run, snapshot, check=None)
-    assert not (snapshot / "config.json").exists()
-    before = ship_model.run_summary(snapshot)
+    earlier = tmp_path / "stage1"
+    shutil.copytree(run, earlier)
     direct = ship_model.run_summary(run)
-    assert (before["step"], before["tokens_seen"], before["dev_ppl"]) == (direct["step"], direct["tokens_seen"],
-                                                                        direct["dev_ppl"])
     target = tmp_path / "english"
     result = ship(run, target, "--corpus-stats", stats_file(tmp_path), "--command", "c", "--date", "2026-11-25",
-                  "--earlier", snapshot)
+                  "--earlier", earlier)
     assert result.returncode == 0, result.stderr
     shipped = json.loads((target / "history.jsonl").read_text().splitlines()[-1])
     assert shipped["step"] == 2 * direct["step"] and shipped["tokens_seen"] == 2 * direct["tokens_seen"]
@@ -142,8 +143,10 @@ def test_a_committed_snapshot_counts_as_the_earlier_run(run, tmp_path):
     bare = tmp_path / "bare"
     bare.mkdir()
     (bare / "log.jsonl").write_bytes((run / "log.jsonl").read_bytes())
-    with pytest.raises(SystemExit, match="neither config.json"):
+    with pytest.raises(SystemExit, match="no config.json"):
         ship_model.run_summary(bare)
+    with pytest.raises(SystemExit, match="no log.jsonl"):
+        ship_model.run_summary(tmp_path)
 
 
 def test_shipping_the_export_of_a_run_trained_elsewhere(run, tmp_path):
@@ -175,8 +178,8 @@ def test_shipping_the_export_of_a_run_trained_elsewhere(run, tmp_path):
 
 
 def test_shipping_the_export_of_a_run_stopped_between_evaluations(run, tmp_path):
-    """A chunk stopped at its hard limit logs a checkpoint and ``stopped`` at a
-    step with no evaluation: --export ships it with the held-out perplexity
+    """A run stopped by --time-limit (or a signal) logs a checkpoint and ``stopped``
+    at a step with no evaluation: --export ships it with the held-out perplexity
     measured on the export itself, on the run's dev text."""
     import shutil
 
@@ -210,3 +213,16 @@ def test_shipping_the_export_of_a_run_stopped_between_evaluations(run, tmp_path)
     refused = ship(away, tmp_path / "other", "--corpus-stats", stats_file(tmp_path), "--command", "c",
                    "--date", "2026-11-26", "--export", run / "export")
     assert refused.returncode != 0 and "gone.txt" in refused.stderr and not (tmp_path / "other").exists()
+
+
+def test_the_shipped_card_is_written_from_its_history(tmp_path):
+    """The committed card is what write_card makes of history.jsonl (so the two
+    never disagree), with one history table."""
+    shipped = SCRIPT.parents[2] / "spacy_elmo" / "models" / "english"
+    history = ship_model.read_history(shipped)
+    current = history[-1]
+    (tmp_path / "options.json").write_bytes((shipped / "options.json").read_bytes())
+    ship_model.write_card(tmp_path, history, {"sources": current["corpus"]}, current["command"], current["note"])
+    card = (shipped / "MODEL_CARD.md").read_text(encoding="utf-8")
+    assert (tmp_path / "MODEL_CARD.md").read_text(encoding="utf-8") == card
+    assert card.count("| shipped | step |") == 1 and len(history) == card.count("\n| 2026-")

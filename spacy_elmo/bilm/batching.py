@@ -9,7 +9,7 @@ one batch for both. Inference streams (:func:`iter_embeddings`: one batch's
 output held at a time); :func:`check_sentences` refuses what is not a list
 of token lists before any batch runs.
 """
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 import numpy
 import torch
@@ -54,7 +54,7 @@ def map_batches(
     return results
 
 
-def embed_batch(bilm, batch: List[Sequence[str]], call: Callable) -> Tuple[List[numpy.ndarray], object]:
+def embed_batch(bilm, batch: List[Sequence[str]], call: Callable) -> Tuple[List[numpy.ndarray], Any]:
     """One batch of sentences through ``call`` (the biLM, or a wrapper of it
     such as the thinc shim's training call; it takes char ids and returns a
     :class:`~spacy_elmo.bilm.model.BiLMOutput`): each sentence's layers

@@ -183,13 +183,15 @@ class CharVocabulary:
                 ids[k + 1] = self.chars.get(char, self._char_oov - 1) + 1
             ids[len(text) + 1] = self._word_end
         if self.words is not None:
-            ids[-1] = self.words.get(text, self._word_oov - 1) + 1
+            ids[-1] = self.words.get(text, self.words["<oov>"]) + 1
         ids.setflags(write=False)
         if len(self._cache) < 2 ** 16:
             self._cache[token] = ids
         return ids
 
-    def batch_ids(self, sentences: Sequence[Sequence[str]], add_boundaries: bool = True) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    def batch_ids(
+        self, sentences: Sequence[Sequence[str]], add_boundaries: bool = True
+    ) -> Tuple[numpy.ndarray, numpy.ndarray]:
         """As :func:`batch_to_char_ids`, in this scheme."""
         extra = 2 if add_boundaries else 0
         lengths = numpy.array([len(s) + extra for s in sentences], dtype=numpy.int64)

@@ -39,13 +39,18 @@ def check_family_fields(options, problem: Callable[[str, str], None], is_int: Ca
             problem("word_embedding_dim", "must be 0: bilm-tf models have no word embedding")
         return
     if not is_int(o.n_characters) or not 6 <= o.n_characters <= MAX_VOCAB_CHARS:
-        problem("n_characters", f"must be a character vocabulary size in [6, {MAX_VOCAB_CHARS}], found {o.n_characters!r}")
+        problem(
+            "n_characters", f"must be a character vocabulary size in [6, {MAX_VOCAB_CHARS}], found {o.n_characters!r}"
+        )
     if not is_int(o.word_embedding_dim) or not 0 <= o.word_embedding_dim <= MAX_WORD_DIM:
         problem("word_embedding_dim", f"must be in [0, {MAX_WORD_DIM}], found {o.word_embedding_dim!r}")
     elif not is_int(o.n_words) or not (
-        (o.word_embedding_dim == 0 and o.n_words == 0) or (o.word_embedding_dim > 0 and 2 <= o.n_words <= MAX_VOCAB_WORDS)
+        (o.word_embedding_dim == 0 and o.n_words == 0)
+        or (o.word_embedding_dim > 0 and 2 <= o.n_words <= MAX_VOCAB_WORDS)
     ):
-        problem("n_words", f"must be in [2, {MAX_VOCAB_WORDS}] with a word embedding and 0 without, found {o.n_words!r}")
+        problem(
+            "n_words", f"must be in [2, {MAX_VOCAB_WORDS}] with a word embedding and 0 without, found {o.n_words!r}"
+        )
 
 
 def write_family_fields(options, data: Dict[str, Any]) -> None:
@@ -72,7 +77,10 @@ def check_vocabulary(options, vocabulary: Optional[CharVocabulary]) -> Optional[
             f"the vocabulary cuts tokens at {vocabulary.max_chars} characters, the options at "
             f"{options.max_characters_per_token}"
         )
-    for name, table, rows in (("char", vocabulary.chars, options.n_characters), ("word", vocabulary.words, options.n_words)):
+    for name, table, rows in (
+        ("char", vocabulary.chars, options.n_characters),
+        ("word", vocabulary.words, options.n_words),
+    ):
         if table is None:
             if name == "word" and options.word_embedding_dim:
                 raise ValueError("the biLM has a word embedding but its vocabulary has no words (word.dic)")

@@ -52,6 +52,8 @@ def _autocast_on(device_type: str) -> bool:
 
 
 class BiProjectedLSTMLayer(nn.Module):
+    forget_offset: torch.Tensor  # a buffer: TensorFlow's forget-gate offset
+
     def __init__(
         self,
         input_dim: int,

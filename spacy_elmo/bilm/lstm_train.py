@@ -99,7 +99,7 @@ class ProjectedLSTMFunction(torch.autograd.Function):
                 d_xw[:, t, n:].zero_()
         dh = d_out.new_zeros(n_dir, batch, P)
         dc = d_out.new_zeros(n_dir, batch, C)
-        dh_raw_seq: List[torch.Tensor] = [None] * len(n_active)  # type: ignore[list-item]
+        dh_raw_seq: List[Optional[torch.Tensor]] = [None] * len(n_active)
         for t in range(len(n_active) - 1, -1, -1):
             n = n_active[t]
             dh_t = dh[:, :n] + d_out[:, t, :n]

@@ -1,7 +1,7 @@
 """The biLM: token encoder + forward and backward LSTM stacks -> L+1 layers."""
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple, Union, cast
 
 import numpy
 import torch
@@ -167,7 +167,7 @@ class BiLM(nn.Module):
         """What the inference engine is given: the modules and the mode."""
         return ModelParts(
             self.token_encoder,
-            self.layers,
+            cast(Sequence[BiProjectedLSTMLayer], self.layers),
             self.options.use_skip_connections,
             self.training,
             self.training and self.dropout > 0,

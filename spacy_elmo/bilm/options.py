@@ -229,7 +229,7 @@ class BiLMOptions:
         total = sum(num for _, num in checked)
         if total > MAX_FILTERS_TOTAL:
             problem("filters", f"hold {total} filters in all, more than {MAX_FILTERS_TOTAL}")
-        self.filters = checked  # type: ignore[assignment]
+        self.filters = checked
 
     @property
     def n_filters(self) -> int:
@@ -337,7 +337,9 @@ class BiLMOptions:
         if path.is_dir():
             raise OptionsError(f"options path {path} is a directory; give the options JSON file inside it")
         if path.exists() and not path.is_file():
-            raise OptionsError(f"options path {path} is not a regular file (a device, FIFO or socket); give the options JSON file")
+            raise OptionsError(
+                f"options path {path} is not a regular file (a device, FIFO or socket); give the options JSON file"
+            )
         try:
             with open(path, "rb") as fin:
                 raw = fin.read(cls.MAX_FILE_BYTES + 1)
@@ -387,7 +389,14 @@ def published_options(name: str) -> "BiLMOptions":
     dim, proj = shape["lstm"]
     return BiLMOptions.from_dict(
         {
-            "lstm": {"dim": dim, "projection_dim": proj, "n_layers": 2, "cell_clip": 3, "proj_clip": 3, "use_skip_connections": True},
+            "lstm": {
+                "dim": dim,
+                "projection_dim": proj,
+                "n_layers": 2,
+                "cell_clip": 3,
+                "proj_clip": 3,
+                "use_skip_connections": True,
+            },
             "char_cnn": {
                 "filters": _PUBLISHED_CNN,
                 "n_highway": shape["n_highway"],

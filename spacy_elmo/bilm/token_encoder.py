@@ -7,7 +7,7 @@ embedding, another padding id) and, where the model has one, a word
 embedding whose vector comes before the CNN output in the projection's
 input, as in the reference's ``ConvTokenEmbedder``.
 """
-from typing import Callable, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, cast
 
 import torch
 from torch import nn
@@ -97,6 +97,10 @@ class CharCNNEncoder(nn.Module):
     #: Tokens encoded together; bounds the memory of the CNN activations.
     chunk_size = 512
 
+    def conv_layers(self) -> List[nn.Conv1d]:
+        """The convolutions, one per filter width."""
+        return [cast(nn.Conv1d, conv) for conv in self.convs]
+
     def char_span(self, flat: torch.Tensor) -> torch.Tensor:
         """Per token, the number of leading chars that are not padding.
 
@@ -119,7 +123,7 @@ class CharCNNEncoder(nn.Module):
         # max-pool over positions and the activation (both monotonic: the order
         # does not change the result, and pooling first is cheaper).
         pooled = []
-        for k, conv in enumerate(self.convs):
+        for k, conv in enumerate(self.conv_layers()):
             n_out, char_dim, size = conv.weight.shape
             windows = chars.unfold(1, size, 1).transpose(2, 3)  # (n, positions, size, char_dim)
             windows = windows.reshape(-1, size * char_dim)

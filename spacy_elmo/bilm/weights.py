@@ -142,7 +142,9 @@ def read_datasets(source: Union[PathLike, BinaryIO], model) -> Dict[str, numpy.n
             try:
                 array = numpy.asarray(data[...], dtype=numpy.float32)
             except (ValueError, TypeError, OSError) as err:
-                raise WeightFileError(f"weight file {path}: dataset '{name}' cannot be read as float32: {err}") from None
+                raise WeightFileError(
+                    f"weight file {path}: dataset '{name}' cannot be read as float32: {err}"
+                ) from None
             if not numpy.isfinite(array).all():
                 raise WeightFileError(f"weight file {path}: dataset '{name}' holds NaN or infinite values")
             arrays[name] = array
@@ -221,7 +223,7 @@ def model_datasets(model) -> Dict[str, numpy.ndarray]:
     return out
 
 
-def save_hdf5(model, path: PathLike) -> None:
+def save_hdf5(model, path: Union[PathLike, BinaryIO]) -> None:
     """Write ``model``'s weights in the published layout."""
     expected = dict(_layout(model))
     with _open(path, "w") as fout:

@@ -9,8 +9,8 @@ The modules: ``_app`` (the app, the handler, the shared options), ``inputs``
 (text, tokens, the model, progress), ``embed_file`` (``embed -o``'s file),
 and the commands by topic: ``embed``, ``senses``, ``pretrain``.
 """
+from . import embed, pretrain, senses  # noqa: F401,E402  (register the commands, in help order)
 from ._app import BAD_INPUT, InputError, app, main
-from . import embed, senses, pretrain  # noqa: F401,E402  (register the commands, in help order)
 from .embed_file import read_embeddings
 
 __all__ = ["BAD_INPUT", "InputError", "app", "main", "read_embeddings"]

@@ -22,7 +22,7 @@ import typer
 BAD_INPUT = 2
 DEBUG_ENV = "SPACY_ELMO_DEBUG"
 
-COMMANDS = "embed, download, neighbours, senses, pretrain, tokenise, plot, export, perplexity"
+COMMANDS = "embed, download, neighbours, senses, wsd, pretrain, tokenise, plot, export, perplexity"
 
 app = typer.Typer(
     help=f"ELMo for spaCy. Commands: {COMMANDS}. Each takes --help.",
@@ -34,7 +34,7 @@ app = typer.Typer(
 @app.callback()
 def _root() -> None:
     """ELMo for spaCy: embed text with a biLM (embed, neighbours, senses,
-    perplexity), get models (download), train your own (pretrain, export,
+    wsd, perplexity), get models (download), train your own (pretrain, export,
     plot)."""
 
 
@@ -46,7 +46,12 @@ class InputError(ValueError):
 
 def describe(err: BaseException) -> str:
     """One line for an error: an ``OSError`` names its file and reason."""
-    if isinstance(err, OSError) and err.strerror and err.filename is not None and str(err.filename) not in str(err.strerror):
+    if (
+        isinstance(err, OSError)
+        and err.strerror
+        and err.filename is not None
+        and str(err.filename) not in str(err.strerror)
+    ):
         return f"{err.filename}: {err.strerror}"
     text = str(err).strip()
     return text or type(err).__name__
@@ -102,7 +107,10 @@ Options = Annotated[
         "(x_weights.hdf5 -> x_options.json, or options.json)",
     ),
 ]
-Lang = Annotated[str, typer.Option("--lang", help="Language of spaCy's tokenizer (spacy.blank(LANG)) that splits the text into tokens")]
+Lang = Annotated[
+    str,
+    typer.Option("--lang", help="Language of spaCy's tokenizer (spacy.blank(LANG)) that splits the text into tokens"),
+]
 Whitespace = Annotated[
     bool,
     typer.Option(
@@ -113,7 +121,11 @@ Whitespace = Annotated[
 BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Sentences per batch")]
 Progress = Annotated[
     Optional[bool],
-    typer.Option("--progress/--no-progress", help="Progress bars on stderr (default: on when stderr is a terminal)", show_default=False),
+    typer.Option(
+        "--progress/--no-progress",
+        help="Progress bars on stderr (default: on when stderr is a terminal)",
+        show_default=False,
+    ),
 ]
 
 

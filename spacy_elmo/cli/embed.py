@@ -6,7 +6,14 @@ import typer
 
 from ._app import BatchSize, InputError, Lang, Model, Options, Progress, Whitespace, command, pick, show_progress
 from .inputs import (
-    STDIN, ProgressEmbedder, input_file, load_model, model_identity, output_file, read_lines, tokenization_name,
+    STDIN,
+    ProgressEmbedder,
+    input_file,
+    load_model,
+    model_identity,
+    output_file,
+    read_lines,
+    tokenization_name,
     tokenizer,
 )
 
@@ -25,9 +32,13 @@ def embed(
     ctx: typer.Context,
     model: Model = None,
     options: Options = None,
-    input_path: Optional[Path] = typer.Option(None, "--input", "-i", help="UTF-8 text, one sentence a line (default: stdin)"),
+    input_path: Optional[Path] = typer.Option(
+        None, "--input", "-i", help="UTF-8 text, one sentence a line (default: stdin)"
+    ),
     output: Optional[Path] = typer.Option(
-        None, "--output", "-o",
+        None,
+        "--output",
+        "-o",
         help="Write the activations, the tokens and the model's identity to this hdf5 file (see docs/cli.md)",
     ),
     lang: Lang = "en",
@@ -77,7 +88,11 @@ def embed(
 
 @command()
 def download(
-    name: str = typer.Argument(..., help="small, medium, original or original-5.5b (AllenNLP's published English ELMo), efml:<lang> (ELMoForManyLangs, e.g. efml:de), nlpl:<id> (the NLPL repository), or a weights or zip URL"),
+    name: str = typer.Argument(
+        ...,
+        help="small, medium, original or original-5.5b (AllenNLP's published English ELMo), efml:<lang> "
+             "(ELMoForManyLangs, e.g. efml:de), nlpl:<id> (the NLPL repository), or a weights or zip URL",
+    ),
     options: Options = None,
     progress: Progress = None,
 ) -> None:

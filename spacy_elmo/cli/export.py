@@ -18,8 +18,8 @@ from ..bilm import BiLM
 from ..bilm.formats import efml
 from ..loading import load_bilm
 from ..pretrain.checkpoint import checkpoint_path, load_checkpoint
-from ._app import InputError
 from ..pretrain.export import bilm_from_state
+from ._app import InputError
 
 
 def is_pipeline(path: Union[str, Path]) -> bool:
@@ -35,7 +35,8 @@ def source_bilm(source: Union[str, Path]) -> BiLM:
         nlp = spacy.load(source)
         for name, component in nlp.pipeline:
             if component.__class__.__name__ == "Elmo":
-                return component.bilm
+                bilm: BiLM = getattr(component, "bilm")
+                return bilm
         raise ValueError(f"the spaCy pipeline {source} has no elmo component")
     return load_bilm(str(source))
 
@@ -78,7 +79,9 @@ def export_bilm(bilm: BiLM, target: Union[str, Path]) -> List[Path]:
     return [target / "weights.hdf5", target / "options.json"]
 
 
-def export_pipeline(output_dir: Path, target: Path, lang: Optional[str] = None, checkpoint: Optional[Path] = None) -> Path:
+def export_pipeline(
+    output_dir: Path, target: Path, lang: Optional[str] = None, checkpoint: Optional[Path] = None
+) -> Path:
     """Write a spaCy pipeline (``spacy.blank(lang)`` + an ``elmo`` component
     holding the checkpoint's biLM) to ``target``; load it with
     ``spacy.load(target)``. ``lang`` defaults to the language whose tokenizer

@@ -21,7 +21,7 @@ Choices:
 import hashlib
 import sys
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy
 
@@ -56,7 +56,9 @@ def output_file(path: Optional[Path], setting: str) -> Optional[Path]:
     if path.is_dir():
         raise InputError(f"{setting} {path} is a directory: give a file name")
     if not folder.is_dir():
-        raise InputError(f"{setting} {path}: the directory {folder} does not exist; create it first (mkdir -p {folder})")
+        raise InputError(
+            f"{setting} {path}: the directory {folder} does not exist; create it first (mkdir -p {folder})"
+        )
     if not _writable(folder):
         raise InputError(f"{setting} {path}: the directory {folder} is not writable")
     return path
@@ -73,12 +75,13 @@ def read_lines(path: Optional[Path], setting: str = "--input") -> Iterator[str]:
     module docstring says."""
     name = str(path) if path is not None else STDIN
     if path is not None:
-        stream = open(path, "rb")
+        stream: BinaryIO = open(path, "rb")
     else:
-        stream = getattr(sys.stdin, "buffer", None)
-        if stream is None:  # a text stream without bytes underneath
+        stdin_bytes = getattr(sys.stdin, "buffer", None)
+        if stdin_bytes is None:  # a text stream without bytes underneath
             yield from _checked(name, (line.encode("utf-8") for line in sys.stdin), setting)
             return
+        stream = stdin_bytes
     try:
         yield from _checked(name, _bounded_lines(stream), setting)
     finally:
@@ -99,7 +102,9 @@ def _checked(name: str, raws: Iterable[bytes], setting: str) -> Iterator[str]:
     for number, raw in enumerate(raws, 1):
         where = f"{setting} {name}, line {number}"
         if b"\x00" in raw:
-            raise InputError(f"{where}: a NUL byte: this is a binary file, not text. Give UTF-8 text, one sentence a line")
+            raise InputError(
+                f"{where}: a NUL byte: this is a binary file, not text. Give UTF-8 text, one sentence a line"
+            )
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as err:
@@ -126,8 +131,10 @@ def tokenizer(lang: str, whitespace: bool) -> Callable[[Iterable[str]], Iterator
     try:
         nlp = spacy.blank(lang)
     except (ImportError, KeyError) as err:
-        raise InputError(f"--lang {lang!r}: spaCy has no such language ({err}). Use a spaCy language code such as en, de, fr") from None
-    spacy_tokenizer = nlp.tokenizer
+        raise InputError(
+            f"--lang {lang!r}: spaCy has no such language ({err}). Use a spaCy language code such as en, de, fr"
+        ) from None
+    spacy_tokenizer: Any = nlp.tokenizer  # a Tokenizer (spaCy types the attribute as a callable)
 
     def tokenize(lines: Iterable[str]) -> Iterator[List[str]]:
         for doc in spacy_tokenizer.pipe(lines, batch_size=256):
@@ -196,7 +203,9 @@ class ProgressEmbedder:
         self.progress = progress
         self.desc = desc
 
-    def batches(self, sentences: Sequence[Sequence[str]], batch_size: int) -> Iterator[Tuple[List[int], List[numpy.ndarray]]]:
+    def batches(
+        self, sentences: Sequence[Sequence[str]], batch_size: int
+    ) -> Iterator[Tuple[List[int], List[numpy.ndarray]]]:
         """(rows, arrays) per batch, in the order the biLM runs them; empty
         sentences come last, in one batch."""
         from tqdm import tqdm
@@ -207,7 +216,9 @@ class ProgressEmbedder:
             raise InputError(f"--batch-size must be >= 1, found {batch_size}")
         sentences = [list(s) for s in sentences]
         stateful = getattr(self.bilm, "stateful", False)
-        with tqdm(total=len(sentences), desc=self.desc, unit=" sentences", disable=not self.progress, file=sys.stderr) as bar:
+        with tqdm(
+            total=len(sentences), desc=self.desc, unit=" sentences", disable=not self.progress, file=sys.stderr
+        ) as bar:
             for rows in batch_rows(sentences, batch_size, by_length=not stateful):
                 yield rows, self.bilm.embed_sentences([sentences[i] for i in rows], batch_size=len(rows))
                 bar.update(len(rows))

@@ -74,7 +74,11 @@ def pretrain(
     precision: str = _setting("precision"),
     strict: bool = _setting("strict"),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUTPUT/checkpoints/last.pt"),
-    threads: Optional[int] = typer.Option(None, min=1, help="torch threads per process (at most 256, or the machine's logical CPUs where more)"),
+    time_limit: Optional[float] = typer.Option(
+        None, "--time-limit", min=0,
+        help="Stop after this many minutes of training, as on SIGTERM (checkpoint; continue with --resume)"),
+    threads: Optional[int] = typer.Option(
+        None, min=1, help="torch threads per process (at most 256, or the machine's logical CPUs where more)"),
     progress: Progress = None,
 ) -> None:
     """Train a biLM on your own text (torchrun for several processes); see docs/pretraining.md."""
@@ -84,10 +88,10 @@ def pretrain(
 
     import torch
 
+    from ..bilm.threads import check_thread_count
     from ..pretrain import PretrainConfig
     from ..pretrain import pretrain as run_pretrain
     from ..pretrain.curve import plot_available
-    from ..bilm.threads import check_thread_count
     from ..pretrain.preflight import busy_machine_warning
 
     settings = {f.name: _config_value(given[f.name]) for f in fields(PretrainConfig) if f.name in given}
@@ -104,11 +108,14 @@ def pretrain(
         settings["cutoffs"] = [int(c) for c in cutoffs.split(",") if c.strip()] if cutoffs else None
     except ValueError:
         raise InputError(f"--cutoffs must be comma-separated integers, found {cutoffs!r}") from None
-    summary = run_pretrain(PretrainConfig(**settings), resume=resume, progress=show_progress(progress))
+    summary = run_pretrain(PretrainConfig(**settings), resume=resume, progress=show_progress(progress),
+                           time_limit=None if time_limit is None else 60 * time_limit)
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 reports
         return
     if summary.get("stopped"):
-        typer.echo(f"stopped at step {summary['step']}; checkpoint in {output}/checkpoints/last.pt (continue with --resume)")
+        typer.echo(
+            f"stopped at step {summary['step']}; checkpoint in {output}/checkpoints/last.pt (continue with --resume)"
+        )
     elif summary.get("dev"):
         d = summary["dev"]
         typer.echo(
@@ -125,7 +132,9 @@ def pretrain(
 
 @command()
 def tokenise(
-    texts: List[Path] = typer.Argument(..., help="Text files or directories (one sentence or paragraph a line), read as `pretrain` reads them"),
+    texts: List[Path] = typer.Argument(
+        ..., help="Text files or directories (one sentence or paragraph a line), read as `pretrain` reads them"
+    ),
     output: Path = typer.Option(..., "--output", "-o", help="The slice to write (.npz)"),
     lang: Lang = "en",
     max_tokens: int = typer.Option(64, min=1, help="Window length in tokens; `pretrain` must use the same"),
@@ -164,11 +173,23 @@ def plot(
 
 @command()
 def export(
-    output: Path = typer.Argument(..., help="A pretraining output directory; or a saved spaCy pipeline, or a model name/path/URL, whose biLM is written back in its own layout"),
-    target: Path = typer.Argument(..., help="Write weights.hdf5, options.json, vocab.txt and softmax.hdf5 here (an ELMoForManyLangs biLM: its model directory)"),
+    output: Path = typer.Argument(
+        ...,
+        help="A pretraining output directory; or a saved spaCy pipeline, or a model name/path/URL, whose biLM is "
+             "written back in its own layout",
+    ),
+    target: Path = typer.Argument(
+        ...,
+        help="Write weights.hdf5, options.json, vocab.txt and softmax.hdf5 here (an ELMoForManyLangs biLM: its model "
+             "directory)",
+    ),
     checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint file (default: OUTPUT/checkpoints/last.pt)"),
-    nlp: Optional[Path] = typer.Option(None, "--nlp", help="Also write a spaCy pipeline (blank LANG + an elmo component) here, for spacy.load"),
-    lang: Optional[str] = typer.Option(None, help="Language of the --nlp pipeline (default: the --lang the biLM was trained with)"),
+    nlp: Optional[Path] = typer.Option(
+        None, "--nlp", help="Also write a spaCy pipeline (blank LANG + an elmo component) here, for spacy.load"
+    ),
+    lang: Optional[str] = typer.Option(
+        None, help="Language of the --nlp pipeline (default: the --lang the biLM was trained with)"
+    ),
 ) -> None:
     """Export a pretrained biLM to the published format (hdf5 + options JSON), with its vocabulary and softmax.
 
@@ -189,12 +210,19 @@ def export(
 
 @command()
 def perplexity(
-    texts: List[Path] = typer.Argument(..., help="Held-out text: files (one sentence or paragraph a line) or directories, read as `pretrain` reads them"),
+    texts: List[Path] = typer.Argument(
+        ...,
+        help="Held-out text: files (one sentence or paragraph a line) or directories, read as `pretrain` reads them",
+    ),
     model: LanguageModel = None,
     lang: Lang = "en",
-    max_tokens: int = typer.Option(64, min=1, help="Window length in tokens, as in pretraining (the shipped model: 64)"),
+    max_tokens: int = typer.Option(
+        64, min=1, help="Window length in tokens, as in pretraining (the shipped model: 64)"
+    ),
     batch_size: BatchSize = 128,
-    each: bool = typer.Option(False, "--each", help="One line per TEXTS argument (a directory counts as one part), then all of them together"),
+    each: bool = typer.Option(
+        False, "--each", help="One line per TEXTS argument (a directory counts as one part), then all of them together"
+    ),
     progress: Progress = None,
 ) -> None:
     """Held-out perplexity (forward, backward, geometric mean) of a biLM's language models on TEXTS.

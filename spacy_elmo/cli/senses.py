@@ -1,11 +1,20 @@
 """``neighbours`` and ``senses``: word senses in ELMo space (see docs/senses.md)."""
 from pathlib import Path
-from typing import Optional
+from typing import Dict, List, Optional
 
 import typer
 
 from ._app import BatchSize, InputError, Lang, Model, Options, Progress, Whitespace, command, pick, show_progress
-from .inputs import ProgressEmbedder, input_file, load_model, read_lines, tokenizer
+from .inputs import (
+    ProgressEmbedder,
+    input_file,
+    load_model,
+    model_files,
+    output_file,
+    read_lines,
+    sha256_file,
+    tokenizer,
+)
 
 LAYER_HELP = (
     "Which activations to compare: 0 (the context-free character encoding), 1..L (the LSTM layers), or mix "
@@ -70,8 +79,12 @@ def senses(
     model: Model = None,
     options: Options = None,
     per_word: bool = typer.Option(False, "--per-word", help="Also print each word's accuracy per layer"),
-    method: str = typer.Option("centroid", help="centroid: nearest sense centroid (the paper's method); 1nn: nearest other use"),
-    random_weights: bool = typer.Option(False, "--random-weights", help="The baseline: a biLM of the same shape with random weights (seed 0)"),
+    method: str = typer.Option(
+        "centroid", help="centroid: nearest sense centroid (the paper's method); 1nn: nearest other use"
+    ),
+    random_weights: bool = typer.Option(
+        False, "--random-weights", help="The baseline: a biLM of the same shape with random weights (seed 0)"
+    ),
     batch_size: BatchSize = 64,
     progress: Progress = None,
     old_weights: Optional[str] = typer.Option(None, "--weights", hidden=True),
@@ -93,3 +106,106 @@ def senses(
         bilm = random_like(bilm, seed=0)
     rows = sense_eval(ProgressEmbedder(bilm, progress), items, batch_size=batch_size, method=method)
     typer.echo(format_table(rows, per_word=per_word))
+
+
+@command()
+def wsd(
+    train: List[Path] = typer.Option(
+        ...,
+        "--train",
+        metavar="PATH",
+        help="Training data with sense keys (SemCor): a *.data.xml[.gz] beside its *.gold.key.txt[.gz], or a "
+        "directory holding one (the framework's root: Training_Corpora/SemCor). Repeat for more files",
+    ),
+    test: List[Path] = typer.Option(
+        ...,
+        "--test",
+        metavar="PATH",
+        help="Test sets: *.data.xml[.gz] files beside their keys, or a directory of them (the framework's root: "
+        "every set in Evaluation_Datasets, ALL included). Repeat for more",
+    ),
+    sense_index: Path = typer.Option(
+        ...,
+        "--sense-index",
+        metavar="PATH",
+        help="WordNet 3.0's index.sense (Debian's wordnet-sense-index: usr/share/wordnet/index.sense), for the "
+        "first-sense fallback and baseline",
+    ),
+    model: Model = None,
+    options: Options = None,
+    random_seeds: int = typer.Option(
+        3, "--random-seeds", min=0, help="Random-weights baselines of the model's shape, seeds 0..N-1 (0: none)"
+    ),
+    cache: Optional[Path] = typer.Option(
+        None,
+        "--cache",
+        metavar="DIR",
+        help="Where sense centroids are kept between runs (default: wsd/ in the model cache)",
+    ),
+    no_cache: bool = typer.Option(
+        False, "--no-cache", help="Compute the centroids, neither reading nor writing the cache"
+    ),
+    json_out: Optional[Path] = typer.Option(None, "--json", metavar="OUT", help="Also write the figures as JSON"),
+    batch_size: BatchSize = 64,
+    progress: Progress = None,
+) -> None:
+    """All-words word sense disambiguation the ELMo paper's way (section 5.3, Table 5): F1 per layer.
+
+    Embeds the training data with the biLM, averages each sense's vectors
+    per layer, and labels each test instance with the nearest (cosine) of
+    its lemma+POS's senses seen in training, WordNet's first sense where
+    none was seen. Prints F1 per layer and per test set, with the WordNet
+    first-sense, training most-frequent-sense and random-weights rows."""
+    import json
+
+    from ..hub import names
+    from ..senses import wsd as protocol
+
+    progress = show_progress(progress)
+    output_file(json_out, "--json")
+    for setting, paths in (("--train", train), ("--test", test)):
+        for path in paths:
+            if not path.exists():
+                raise InputError(f"{setting} {path}: no such file or directory")
+    input_file(sense_index, "--sense-index")
+    index = protocol.read_sense_index(sense_index)
+    train_sets = [protocol.read_set(p) for path in train for p in protocol.find_sets(path, "train")]
+    test_sets = [protocol.read_set(p) for path in test for p in protocol.find_sets(path, "test")]
+    seen = set()
+    for s in test_sets:
+        if s.name in seen:
+            raise InputError(f"--test: two test sets named {s.name!r}: give each set once")
+        seen.add(s.name)
+    cache_dir = None if no_cache else (cache if cache is not None else names.cache_dir() / "wsd")
+    bilm = load_model(model, options, progress)
+    report = protocol.run(bilm, train_sets, test_sets, index, range(random_seeds), cache_dir, batch_size, progress)
+    for what, seconds in report.seconds.items():
+        notes: Dict[Optional[bool], str] = {
+            True: " (centroids read from the cache)",
+            False: " (training data embedded)",
+        }
+        note = notes.get(report.cached.get(what), "")
+        typer.echo(f"{what}: {seconds:.1f} s{note}", err=True)
+    train_name = "SemCor" if all(s.name.lower() == "semcor" for s in train_sets) else "training"
+    typer.echo(protocol.format_table(report, train_name))
+    if json_out is not None:
+        data = protocol.report_json(report)
+        data["model"] = _model_record(model, options, protocol.model_digest(bilm), bilm.num_layers)
+        data["sense_index_sha256"] = index.sha256
+        json_out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _model_record(model: Optional[str], options: Optional[str], digest: str, layers: int) -> Dict[str, object]:
+    """What identifies the biLM in ``wsd --json``: ``--model`` as given, the
+    sha256 of its weights and options files (when they are files) and the
+    digest of its loaded weights that keys the centroid cache."""
+    weights_path, options_path = model_files(model, options)
+    record: Dict[str, object] = {
+        "model": model if model is not None else "english",
+        "weights_digest": digest,
+        "layers": layers,
+    }
+    for key, path in (("weights_sha256", weights_path), ("options_sha256", options_path)):
+        if Path(path).is_file():
+            record[key] = sha256_file(Path(path))
+    return record

@@ -21,7 +21,7 @@ The class registers msgpack encoders with ``srsly``, so ``doc.to_bytes()``,
 ``DocBin(store_user_data=True)`` and ``nlp.pipe(..., n_process=2)`` carry it.
 """
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Union
 
 import numpy
 import srsly
@@ -38,7 +38,7 @@ DTYPES = ("float32", "float16")
 DEFAULT_MIX = "the top layer"
 
 
-def mix_layers(layers: numpy.ndarray, weights: Optional[Sequence[float]] = None) -> numpy.ndarray:
+def mix_layers(layers: numpy.ndarray, weights: Union[Sequence[float], numpy.ndarray, None] = None) -> numpy.ndarray:
     """One vector per token: ``sum_j w_j * layers[j]`` in float32; the top
     layer when ``weights`` is None (see :data:`DEFAULT_MIX`). ``weights`` are
     used as given (no softmax): pass already-normalised weights."""
@@ -92,14 +92,20 @@ class ElmoData:
             return cls(layers=numpy.ascontiguousarray(layers, dtype=dtype), weights=w, space=space)
         return cls(mixed=numpy.ascontiguousarray(mix_layers(layers, w), dtype=dtype), space=space)
 
+    def _vectors_stored(self) -> numpy.ndarray:
+        """The stored vectors of an ElmoData that holds no layers."""
+        assert self.mixed is not None  # __post_init__: one of the two is stored
+        return self.mixed
+
     def __len__(self) -> int:
-        return self.layers.shape[1] if self.layers is not None else self.mixed.shape[0]
+        return self.layers.shape[1] if self.layers is not None else self._vectors_stored().shape[0]
 
     @property
     def vectors(self) -> numpy.ndarray:
         """(n_tokens, dim) float32: the stored vectors, or the mix of the layers."""
         if self.mixed is not None:
             return self.mixed.astype(numpy.float32, copy=False)
+        assert self.layers is not None
         return mix_layers(self.layers, self.weights)
 
     @property
@@ -112,7 +118,7 @@ class ElmoData:
 
     @property
     def nbytes(self) -> int:
-        return int(self.layers.nbytes if self.layers is not None else self.mixed.nbytes)
+        return int(self.layers.nbytes if self.layers is not None else self._vectors_stored().nbytes)
 
     def __getitem__(self, index: slice) -> "ElmoData":
         """A view of a token range (slices only)."""
@@ -120,7 +126,7 @@ class ElmoData:
             raise TypeError("ElmoData takes slices of tokens, e.g. data[2:5]")
         if self.layers is not None:
             return ElmoData(layers=self.layers[:, index], weights=self.weights, space=self.space)
-        return ElmoData(mixed=self.mixed[index], space=self.space)
+        return ElmoData(mixed=self._vectors_stored()[index], space=self.space)
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -168,7 +174,9 @@ def check_payload(data: Any) -> None:
         raise ElmoDataError(f"{where} lacks the key(s) {missing}; {_REDO}")
     arrays = {key: data[key] for key in ("layers", "mixed") if data[key] is not None}
     if len(arrays) != 1:
-        raise ElmoDataError(f"{where} must hold exactly one of 'layers' and 'mixed', found {sorted(arrays) or 'neither'}; {_REDO}")
+        raise ElmoDataError(
+            f"{where} must hold exactly one of 'layers' and 'mixed', found {sorted(arrays) or 'neither'}; {_REDO}"
+        )
     ((key, value),) = arrays.items()
     ndim = 3 if key == "layers" else 2
     if not isinstance(value, numpy.ndarray):
@@ -190,7 +198,7 @@ def check_payload(data: Any) -> None:
         raise ElmoDataError(f"{where}: 'space' must be null or a hex digest of at most 64 characters; {_REDO}")
 
 
-_USER_DATA_KEY = ("._.", "elmo", None, None)  # where spaCy keeps Doc._.elmo
+_USER_DATA_KEY: Any = ("._.", "elmo", None, None)  # where spaCy keeps Doc._.elmo (a tuple key)
 
 
 def get_doc_elmo(doc: Doc) -> Optional[ElmoData]:

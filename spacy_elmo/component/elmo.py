@@ -31,15 +31,15 @@ pipeline afterwards (``nlp.to_disk`` writes them in the same format), so
 import math
 from itertools import islice
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union, cast
 
 import numpy
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples, validate_get_examples
-from spacy.vocab import Vocab
 from spacy.util import minibatch, raise_error
+from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from ..bilm import BiLM
@@ -52,7 +52,8 @@ from ..loading import check_local, load_bilm
 from . import registrations  # noqa: F401 (registers the architectures the default config names)
 from .doc_data import DTYPES, STORES, ElmoData, install_extensions
 from .listener_host import ListenerHost
-from .vector_hooks import install as install_vector_hooks, vector_space
+from .vector_hooks import install as install_vector_hooks
+from .vector_hooks import vector_space
 
 DEFAULT_MODEL_CONFIG = """
 [model]
@@ -152,7 +153,9 @@ class Elmo(ListenerHost, TrainablePipe):
         buffer_tokens: int = 16384,
     ) -> None:
         if isinstance(buffer_tokens, bool) or not isinstance(buffer_tokens, int) or buffer_tokens < 0:
-            raise ValueError(f"the elmo component's buffer_tokens must be an integer >= 0 (0: off), found {buffer_tokens!r}")
+            raise ValueError(
+                f"the elmo component's buffer_tokens must be an integer >= 0 (0: off), found {buffer_tokens!r}"
+            )
         if store not in STORES:
             raise ValueError(f"store must be one of {STORES}, found {store!r}")
         if dtype not in DTYPES:
@@ -161,7 +164,7 @@ class Elmo(ListenerHost, TrainablePipe):
         self.vocab = vocab
         self.model = model
         self.name = name
-        self.cfg = {"store": store, "dtype": dtype, "mix": None if mix is None else list(mix)}
+        self.cfg: Dict[str, Any] = {"store": store, "dtype": dtype, "mix": None if mix is None else list(mix)}
         #: No biLM gradients in ``update`` (the listeners still get the layers).
         self.frozen = frozen
         self.listener_map = {}
@@ -274,7 +277,8 @@ class Elmo(ListenerHost, TrainablePipe):
 
     def _predict_layers(self, docs: List[Doc]) -> List[numpy.ndarray]:
         cache = None if self.fine_tunes else self.output_cache
-        return self.model.predict(docs) if cache is None else cache.predict(self.model, docs)
+        layers = self.model.predict(docs) if cache is None else cache.predict(self.model, docs)
+        return cast(List[numpy.ndarray], layers)  # thinc's Floats3d: numpy (or cupy) arrays
 
     def set_annotations(self, docs: Sequence[Doc], layers: List[numpy.ndarray]) -> None:
         store, dtype, mix = self.cfg["store"], self.cfg["dtype"], self.cfg["mix"]
@@ -367,7 +371,7 @@ class Elmo(ListenerHost, TrainablePipe):
     def fine_tunes(self) -> bool:
         """Whether ``update`` fine-tunes the biLM: not :attr:`frozen`, and a
         listener has ``grad_factor > 0``."""
-        return not self.frozen and any(l.attrs["grad_factor"] > 0 for l in self.listeners)
+        return not self.frozen and any(listener.attrs["grad_factor"] > 0 for listener in self.listeners)
 
     def finish_update(self, sgd: Optimizer) -> None:
         if not self.frozen:
@@ -498,7 +502,7 @@ def add_elmo(
     if bilm is None:
         bilm = load_bilm(weights, options)  # before add_pipe: a bad name leaves nlp as it was
     check_mix((config or {}).get("mix"), bilm.num_layers)  # so does a mix of another length
-    component = nlp.add_pipe("elmo", name=name, config=config or {}, **add_pipe_kwargs)
+    component = cast(Elmo, nlp.add_pipe("elmo", name=name, config=config or {}, **add_pipe_kwargs))
     component.load_weights(bilm=bilm)
     component.model.initialize()
     return component

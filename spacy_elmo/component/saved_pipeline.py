@@ -47,7 +47,10 @@ class SavedPipelineError(ValueError):
 # First bytes of formats that people put in place of a component's files.
 _MAGIC = (
     (b"PK\x03\x04", "a zip archive (the format torch.save writes)"),
-    (b"\x89HDF\r\n\x1a\n", "an hdf5 file (a weight file: give it at initialization, [initialize.components.elmo] weights)"),
+    (
+        b"\x89HDF\r\n\x1a\n",
+        "an hdf5 file (a weight file: give it at initialization, [initialize.components.elmo] weights)",
+    ),
     (b"\x1f\x8b", "a gzip file"),
 )
 
@@ -168,7 +171,9 @@ def read_component_bytes(component, data: bytes, exclude) -> None:
     failures naming ``the elmo component's bytes``."""
     where = f"the {component.name} component's bytes"
     deserialize = {
-        "cfg": lambda b: component.cfg.update(parse_cfg(b.encode("utf-8") if isinstance(b, str) else b, f"{where} (cfg)")),
+        "cfg": lambda b: component.cfg.update(
+            parse_cfg(b.encode("utf-8") if isinstance(b, str) else b, f"{where} (cfg)")
+        ),
         "vocab": lambda b: component.vocab.from_bytes(b, exclude=exclude),
         "model": lambda b: load_model_bytes(component.model, b, f"{where} (model)"),
     }

@@ -133,7 +133,10 @@ def resolve_name(value: str, *, check: Optional[Check] = None, progress: bool = 
 def resolve_zip_url(url: str, *, check: Optional[Check] = None, progress: bool = True) -> Tuple[Path, Path]:
     cached = url_cache_path(url)
     dest = cached.with_name(cached.name[: -len(".zip")] if cached.name.lower().endswith(".zip") else cached.name + ".d")
-    offline = f"To work offline, download {url} where you are online and give the zip (or the directory it unpacks to) as the weights."
+    offline = (
+        f"To work offline, download {url} where you are online and give the zip (or the directory it unpacks to) "
+        "as the weights."
+    )
     return fetch_zip(url, dest, check=check, progress=progress, offline=offline)
 
 
@@ -166,7 +169,9 @@ def fetch_zip(url: str, dest: Path, *, check: Optional[Check], progress: bool, o
     try:
         with locked(dest.parent / f".{dest.name}.lock", progress=progress):
             if not dest.is_dir():  # again: another process may have finished
-                temp = download_to_temp(url, dest.parent / (dest.name + ".zip"), progress=progress, max_bytes=MAX_ZIP_BYTES)
+                temp = download_to_temp(
+                    url, dest.parent / (dest.name + ".zip"), progress=progress, max_bytes=MAX_ZIP_BYTES
+                )
                 try:
                     _unpack_checked(temp, dest, check)
                 except (ValueError, OSError) as err:

@@ -33,7 +33,7 @@ import os
 import sys
 import urllib.parse
 from pathlib import Path
-from typing import Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 from .help import HOW_TO_GIVE_WEIGHTS, published_offline, urls_offline
 from .transport import Check, CheckOptions, DownloadError, check_url, fetch_files, redact
@@ -167,7 +167,9 @@ def check_cache(paths, folders=()) -> None:
     while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
         probe = probe.parent  # the nearest thing that is there
     if probe.is_symlink() and not probe.exists():
-        raise CacheError(f"{setting}: {probe} is a symbolic link to {os.readlink(probe)}, which does not exist; remove it or {fix}")
+        raise CacheError(
+            f"{setting}: {probe} is a symbolic link to {os.readlink(probe)}, which does not exist; remove it or {fix}"
+        )
     if not probe.is_dir():
         raise CacheError(f"{setting}: {probe} is a file, not a directory; {fix}, or remove the file")
     paths = list(paths)
@@ -241,14 +243,16 @@ def fetch(
 ) -> Tuple[Path, Path]:
     """Weights and options given as URLs and/or local paths: each URL is
     downloaded once into ``<cache>/urls/`` (see :func:`url_cache_path`)."""
-    sources = []
+    sources: List[Tuple[Optional[str], Path]] = []
     for value in (weights, options):
         if is_url(value):
             sources.append((str(value), url_cache_path(str(value))))
         else:
             path = Path(value).expanduser()
             if path.is_dir():
-                raise ModelNotFoundError(f"{path} is a directory; expected a file here (weights .hdf5 or options .json)")
+                raise ModelNotFoundError(
+                    f"{path} is a directory; expected a file here (weights .hdf5 or options .json)"
+                )
             if not path.is_file():
                 raise ModelNotFoundError(f"file not found: {path}")
             sources.append((None, path))

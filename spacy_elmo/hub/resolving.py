@@ -71,7 +71,11 @@ def resolve(
         if key in SHIPPED_NAMES or key in PUBLISHED_MODELS:
             if options is not None:
                 raise ValueError(f"the model name {weights!r} comes with its options; leave options out")
-            return shipped_model() if key in SHIPPED_NAMES else download(key, check=check, check_options=check_options, progress=progress)
+            return (
+                shipped_model()
+                if key in SHIPPED_NAMES
+                else download(key, check=check, check_options=check_options, progress=progress)
+            )
     path = Path(weights).expanduser()
     if path.is_dir():
         if options is not None:
@@ -112,7 +116,7 @@ def _sibling_options(weights: Path) -> Path:
             return candidate
     raise ValueError(
         f"no options JSON next to {weights} (looked for {', '.join(c.name for c in candidates)}): "
-        f"give options = 'path/options.json'"
+        "give options = 'path/options.json'"
     )
 
 
@@ -127,5 +131,5 @@ def _directory_files(folder: Path) -> Tuple[Path, Path]:
         return found[0], _sibling_options(found[0])
     raise ModelNotFoundError(
         f"{folder} holds {'no' if not found else 'several'} *weights.hdf5 files: expected weights.hdf5 "
-        f"and options.json (or give weights = the file and options = its options)"
+        "and options.json (or give weights = the file and options = its options)"
     )

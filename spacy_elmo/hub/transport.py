@@ -50,8 +50,8 @@ import shutil
 import sys
 import tempfile
 import time
-import urllib.parse
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Tuple
@@ -125,7 +125,9 @@ def deadline_s() -> float:
     except ValueError:
         value = float("nan")
     if not (value > 0 and value != float("inf")):
-        raise DownloadError(f"{DEADLINE_ENV}={raw!r} is not a number of seconds greater than 0; set it to, say, 3600, or unset it")
+        raise DownloadError(
+            f"{DEADLINE_ENV}={raw!r} is not a number of seconds greater than 0; set it to, say, 3600, or unset it"
+        )
     return value
 
 
@@ -161,10 +163,16 @@ def fetch_files(
             weights_limit = MAX_DOWNLOAD_BYTES if max_bytes is None else max_bytes
             if options_url is not None and not options_path.exists():  # again: another process may have finished
                 current_url = options_url
-                temps.append(download_to_temp(options_url, options_path, progress=progress, max_bytes=MAX_OPTIONS_BYTES))
+                temps.append(
+                    download_to_temp(options_url, options_path, progress=progress, max_bytes=MAX_OPTIONS_BYTES)
+                )
                 staged[options_path] = temps[-1]
             if check_options is not None and weights_url is not None and not weights_path.exists():
-                bound = _checked_options(check_options, staged.get(options_path, options_path), options_url if options_path in staged else None)
+                bound = _checked_options(
+                    check_options,
+                    staged.get(options_path, options_path),
+                    options_url if options_path in staged else None,
+                )
                 if bound is not None:
                     weights_limit = min(weights_limit, bound)
             if weights_url is not None and not weights_path.exists():
@@ -178,9 +186,11 @@ def fetch_files(
                 except (ValueError, OSError) as err:
                     detail = str(err)
                     for url, path in sources:  # name the download, not its temporary file
-                        if path in staged:
+                        if url is not None and path in staged:
                             detail = detail.replace(str(staged[path]), url)
-                    raise FetchFailure(f"the download does not load as ELMo weights with its options: {detail}") from None
+                    raise FetchFailure(
+                        f"the download does not load as ELMo weights with its options: {detail}"
+                    ) from None
             for path in (options_path, weights_path):  # weights last: their presence means complete
                 if path in staged:
                     os.replace(staged.pop(path), path)
@@ -194,7 +204,10 @@ def fetch_files(
             raise DownloadError(redact(str(err))) from None
         where = f" {err.filename}" if err.filename else ""
         raise DownloadError(
-            redact(f"could not write the download into the cache{where}: {err.strerror or err}. Nothing was cached. {offline}")
+            redact(
+                f"could not write the download into the cache{where}: {err.strerror or err}. Nothing was cached. "
+                f"{offline}"
+            )
         ) from None
     except BaseException:
         cleanup(temps, created)
@@ -323,7 +336,9 @@ def _check_free_space(folder: Path, needed: int, announced: bool, url: str) -> N
     free = shutil.disk_usage(folder).free
     if needed > free:
         what = "the file's Content-Length" if announced else "the file's size limit (the server sent no Content-Length)"
-        raise FetchFailure(f"not enough free disk space in {folder}: {what} is {needed:,} bytes, {free:,} are free", url)
+        raise FetchFailure(
+            f"not enough free disk space in {folder}: {what} is {needed:,} bytes, {free:,} are free", url
+        )
 
 
 def _user_agent() -> str:

@@ -25,7 +25,7 @@ uses it hangs).
 """
 import multiprocessing
 import os
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple, cast
 
 import numpy
 import torch
@@ -101,7 +101,8 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3
     """Per-Doc layers (L+1, n_tokens, dim).
 
     Prediction: :func:`~spacy_elmo.bilm.batching.iter_batches` (inference
-    mode, the word-type cache), streamed into the Docs' arrays (:func:`_predict_streaming`). Training: the shim's ``begin_update`` on each batch of sentences
+    mode, the word-type cache), streamed into the Docs' arrays
+    (:func:`_predict_streaming`). Training: the shim's ``begin_update`` on each batch of sentences
     (the same length-sorted batches, :func:`~spacy_elmo.bilm.batching.map_batches`,
     and the same batch runner); the backprop routes the Docs' gradients to
     the batches' outputs and calls the shim's backprop of each batch."""
@@ -118,7 +119,7 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3
     # Per batch: the biLM's output layers (tensors), the shim's backprop, padded length.
     batches: List[Tuple[List[torch.Tensor], Callable, int]] = []
 
-    def run_batch(batch: List[List[str]]) -> List[Tuple[numpy.ndarray, int, int]]:
+    def run_batch(batch: List[Sequence[str]]) -> List[Tuple[numpy.ndarray, int, int]]:
         backprops = []
 
         def call(char_ids: torch.Tensor):
@@ -131,9 +132,10 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3
         # Each sentence: its layers, and where it sits (batch, row).
         return [(layers, len(batches) - 1, row) for row, layers in enumerate(rows)]
 
-    spans = map_batches(texts, model.attrs["batch_size"], run_batch)
+    # Every span has tokens, so every one ran: no None among them.
+    spans = cast(List[Tuple[numpy.ndarray, int, int]], map_batches(texts, model.attrs["batch_size"], run_batch))
     flat = numpy.concatenate([zero_row] + [layers for layers, _, _ in spans], axis=1)
-    outputs = [ops.asarray3f(flat[:, source + 1]) for source in sources]
+    outputs = [ops.asarray3f(cast(Floats3d, flat[:, source + 1])) for source in sources]
 
     def backprop(d_outputs: List[Floats3d]) -> List:
         d_flat = numpy.zeros_like(flat)
@@ -149,9 +151,9 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3
             n = layers.shape[1]
             d_batches[batch][:, row, 1 : n + 1] = d_flat[:, start : start + n]
             start += n
-        for (layers, batch_backprop, _), d_batch in zip(batches, d_batches):
-            grads = [torch.from_numpy(d).to(device=t.device, dtype=t.dtype) for d, t in zip(d_batch, layers)]
-            batch_backprop(ArgsKwargs(args=(layers,), kwargs={"grad_tensors": grads}))
+        for (tensors, batch_backprop, _), d_batch in zip(batches, d_batches):
+            grads = [torch.from_numpy(d).to(device=t.device, dtype=t.dtype) for d, t in zip(d_batch, tensors)]
+            batch_backprop(ArgsKwargs(args=(tensors,), kwargs={"grad_tensors": grads}))
         return []
 
     return outputs, backprop
@@ -184,7 +186,7 @@ def _predict_streaming(model: Model, bilm, docs: List[Doc], texts: List[List[str
             elif len(positions):
                 outputs[d][:, positions] = layers[:, rows]
         del batch
-    return [model.ops.asarray3f(output) for output in outputs]
+    return [model.ops.asarray3f(cast(Floats3d, output)) for output in outputs]
 
 
 def _no_gradient(d_outputs: List[Floats3d]) -> List:

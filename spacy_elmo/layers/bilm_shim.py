@@ -32,8 +32,8 @@ from thinc.api import Model, PyTorchShim, get_torch_default_device
 from ..bilm import BiLM, BiLMOptions, OptionsError, WeightFileError
 from ..bilm.family import FAMILY_BILM_TF
 from ..bilm.fast.engine import check_precision
-from ..bilm.formats import efml
 from ..bilm.fast.token_cache import check_token_cache_size
+from ..bilm.formats import efml
 from ..bilm.weights import read_datasets, save_hdf5
 from ..hub.help import HOW_TO_GIVE_WEIGHTS
 
@@ -185,4 +185,6 @@ def get_bilm(model: Model) -> BiLM:
 
 
 def set_bilm(model: Model, bilm: BiLM) -> None:
-    model.shims[0].set_bilm(bilm)
+    shim = model.shims[0]
+    assert isinstance(shim, BiLMShim)
+    shim.set_bilm(bilm)

@@ -66,8 +66,8 @@ def ElmoTok2Vec(
         raise ValueError(f"output_width must be >= 0, found {output_width}")
     width = encode.get_dim("nO")
     elmo_in = ElmoListener(upstream, grad_factor, layer_norm, l2, dropout, elmo_width)
-    mixer = with_array(Maxout(nO=width, nP=3, dropout=0.0, normalize=True))
-    model = chain(concatenate(embed, elmo_in), mixer, encode)
+    mixer: Model[List[Floats2d], List[Floats2d]] = with_array(Maxout(nO=width, nP=3, dropout=0.0, normalize=True))
+    model: Model[List[Doc], List[Floats2d]] = chain(concatenate(embed, elmo_in), mixer, encode)
     if output_width:
         elmo_out = ElmoListener(upstream, grad_factor, layer_norm, l2, dropout, output_width)
         model = concatenate(model, elmo_out)

@@ -101,12 +101,12 @@ def build_mix(
     dropout: float,
     width: Optional[int],
 ) -> Model[List[Doc], List[Floats2d]]:
-    layers = [inputs, ScalarMix(layer_norm=layer_norm, l2=l2)]
+    layers: List[Model] = [inputs, ScalarMix(layer_norm=layer_norm, l2=l2)]
     if dropout:
         layers.append(Dropout(dropout))
     if width is not None:
         layers.append(with_array(Linear(nO=width)))
-    model = chain(*layers)
+    model: Model[List[Doc], List[Floats2d]] = chain(*layers)
     if width is not None:
         model.set_dim("nO", width)
     return model

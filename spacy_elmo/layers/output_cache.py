@@ -35,7 +35,7 @@ Choices, named:
   would evict exactly the Docs needed next; keeping the first Docs that fit
   gives a steady hit rate instead.
 """
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy
 from spacy.language import Language
@@ -82,7 +82,7 @@ class OutputCache:
             self.clear()
             self._state = state
         keys = self._keys(model, docs)
-        found = [self._store.get(key) for key in keys]
+        found: List[Optional[numpy.ndarray]] = [self._store.get(key) for key in keys]
         todo = [i for i, layers in enumerate(found) if layers is None]
         self.hits += len(docs) - len(todo)
         self.misses += len(todo)
@@ -94,7 +94,7 @@ class OutputCache:
                 if keys[i] not in self._store and self.nbytes + layers.nbytes <= self.max_bytes:
                     self._store[keys[i]] = layers
                     self.nbytes += layers.nbytes
-        return [model.ops.asarray3f(layers.copy()) for layers in found]
+        return [model.ops.asarray3f(cast(Floats3d, layers).copy()) for layers in found]  # all found by now
 
 
 def training_cache(max_mib: float = 1024) -> Callable[[Language], Language]:

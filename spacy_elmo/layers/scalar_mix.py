@@ -17,7 +17,7 @@ Options:
 The forward pass is written in torch (on the arrays' memory, no copies on
 CPU) and its gradients, the penalty's included, come from autograd.
 """
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy
 import torch
@@ -66,6 +66,11 @@ def learned_mix(model: Model) -> Tuple[numpy.ndarray, float]:
     return model.ops.to_numpy(torch2xp(s)).copy(), float(gamma[0])
 
 
+def _xp(tensor: torch.Tensor) -> Any:
+    """A tensor as an array of the ops (thinc types the result as any array kind)."""
+    return torch2xp(tensor)
+
+
 def _as_tensor(array, requires_grad: bool = False) -> torch.Tensor:
     """A torch view of a numpy (or cupy) array; read-only numpy arrays (e.g.
     views of ``Doc._.elmo``) are copied first."""
@@ -88,11 +93,11 @@ def forward(model: Model, Xs: List[Floats3d], is_train: bool):
     with torch.set_grad_enabled(is_train):
         s = torch.softmax(w, dim=0)
         mixed = []
-        for X in inputs:
+        for x in inputs:
             if model.attrs["layer_norm"]:
-                X = torch.nn.functional.layer_norm(X, X.shape[-1:], eps=LAYER_NORM_EPS)
-            mixed.append(gamma * torch.tensordot(s, X, dims=1))  # (n, dim)
-    outputs = [ops.asarray2f(torch2xp(Y.detach())) for Y in mixed]
+                x = torch.nn.functional.layer_norm(x, x.shape[-1:], eps=LAYER_NORM_EPS)
+            mixed.append(gamma * torch.tensordot(s, x, dims=1))  # (n, dim)
+    outputs = [ops.asarray2f(_xp(Y.detach())) for Y in mixed]
 
     def backprop(dYs: List[Floats2d]) -> List[Floats3d]:
         tensors = list(mixed)
@@ -104,9 +109,9 @@ def forward(model: Model, Xs: List[Floats3d], is_train: bool):
             torch.autograd.backward(tensors, grads)
         for name, param in (("weights", w), ("gamma", gamma)):
             if param.grad is not None:
-                model.inc_grad(name, ops.asarray1f(torch2xp(param.grad)))
+                model.inc_grad(name, ops.asarray1f(_xp(param.grad)))
         return [
-            ops.alloc3f(*X.shape) if X.grad is None else ops.asarray3f(torch2xp(X.grad)) for X in inputs
+            ops.alloc3f(*x.shape) if x.grad is None else ops.asarray3f(_xp(x.grad)) for x in inputs
         ]
 
     return outputs, backprop

@@ -54,7 +54,7 @@ class SentOrStridedSpans:
                 pieces = [(sent.start, sent.end) for sent in doc.sents]
             else:
                 pieces = [(0, len(doc))]
-            spans = []
+            spans: List[Span] = []
             for start, end in pieces:
                 spans.extend(doc[s:e] for s, e in strided_bounds(start, end, self.window, self.stride))
             result.append(spans)

@@ -181,4 +181,4 @@ class FixedThreads:
 
 def make_policy(threads: ThreadsSetting):
     threads = check_threads(threads)
-    return AdaptiveThreads() if threads == "auto" else FixedThreads(threads)
+    return AdaptiveThreads() if isinstance(threads, str) else FixedThreads(threads)

@@ -6,11 +6,22 @@ docs/pretraining.md.
 from .checkpoint import load_checkpoint
 from .config import PretrainConfig
 from .corpus import Corpus, CorpusStats
-from .reading import read_corpus
 from .errors import PretrainError
 from .export import export
 from .model import PretrainModel
+from .reading import read_corpus
 from .trainer import pretrain
 from .vocab import Vocab
 
-__all__ = ["Corpus", "CorpusStats", "PretrainConfig", "PretrainError", "PretrainModel", "Vocab", "export", "load_checkpoint", "pretrain", "read_corpus"]
+__all__ = [
+    "Corpus",
+    "CorpusStats",
+    "PretrainConfig",
+    "PretrainError",
+    "PretrainModel",
+    "Vocab",
+    "export",
+    "load_checkpoint",
+    "pretrain",
+    "read_corpus",
+]

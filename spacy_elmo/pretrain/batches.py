@@ -1,7 +1,7 @@
 """Batches of a run: which windows train and which are held out, their
 order (a function of seed and epoch, so a resume finds its place), and
 their tensors."""
-from typing import List, Sequence, Tuple
+from typing import List, Sequence, Tuple, Union
 
 import numpy
 import torch
@@ -28,7 +28,9 @@ class Batcher:
         self.type_chars = chars
         self.type_vocab = to_vocab
 
-    def __call__(self, windows: Sequence[int], device: torch.device) -> Tuple[torch.Tensor, torch.Tensor, int]:
+    def __call__(
+        self, windows: Union[Sequence[int], numpy.ndarray], device: torch.device
+    ) -> Tuple[torch.Tensor, torch.Tensor, int]:
         rows = [self.corpus.window(int(i)) for i in windows]
         width = max(len(r) for r in rows) + 2
         types = numpy.zeros((len(rows), width), dtype=numpy.int64)
@@ -49,7 +51,7 @@ def epoch_batches(lengths: numpy.ndarray, batch_size: int, seed: int, epoch: int
     rng = numpy.random.default_rng([seed, epoch])
     perm = rng.permutation(len(lengths))
     pool = batch_size * 50
-    batches = []
+    batches: List[numpy.ndarray] = []
     for start in range(0, len(perm), pool):
         chunk = perm[start : start + pool]
         chunk = chunk[numpy.argsort(lengths[chunk], kind="stable")]
@@ -67,8 +69,14 @@ def split_dev(n_windows: int, fraction: float, max_windows: int, seed: int) -> T
     return numpy.sort(perm[n_dev:]), numpy.sort(perm[:n_dev])
 
 
-def dev_batches(corpus: Corpus, dev_idx: numpy.ndarray, batch_size: int, rank: int, world_size: int) -> List[numpy.ndarray]:
+def dev_batches(
+    corpus: Corpus, dev_idx: numpy.ndarray, batch_size: int, rank: int, world_size: int
+) -> List[numpy.ndarray]:
     """This rank's share of the held-out windows, sorted by length."""
-    order = dev_idx[numpy.argsort([len(corpus.window(int(i))) for i in dev_idx], kind="stable")] if len(dev_idx) else dev_idx
+    order = (
+        dev_idx[numpy.argsort([len(corpus.window(int(i))) for i in dev_idx], kind="stable")]
+        if len(dev_idx)
+        else dev_idx
+    )
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     return batches[rank::world_size]

@@ -19,8 +19,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import distributed as D
 from ..bilm.options import BiLMOptions
+from . import distributed as D
 from .config import PretrainConfig
 from .errors import PretrainError
 from .vocab import Vocab
@@ -147,7 +147,10 @@ def load_checkpoint(path: Path) -> Dict[str, Any]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise PretrainError(f"cannot load the checkpoint {path} (loaded with weights_only=True, so no pickled code runs): {reason}. {_earlier_checkpoints(path)}") from None
+        raise PretrainError(
+            f"cannot load the checkpoint {path} (loaded with weights_only=True, so no pickled code runs): {reason}. "
+            f"{_earlier_checkpoints(path)}"
+        ) from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise PretrainError(f"{path} is not a spacy_elmo pretraining checkpoint")
     return state
@@ -202,7 +205,9 @@ def _comparable_options(data: Dict[str, Any]) -> Dict[str, Any]:
 
 def _dict_diffs(old: Any, new: Any, path: str = "") -> List[str]:
     if isinstance(old, dict) and isinstance(new, dict):
-        return [d for k in sorted(set(old) | set(new), key=str) for d in _dict_diffs(old.get(k), new.get(k), f"{path}{k}.")]
+        return [
+            d for k in sorted(set(old) | set(new), key=str) for d in _dict_diffs(old.get(k), new.get(k), f"{path}{k}.")
+        ]
     return [] if old == new else [f"{path.rstrip('.')}: {old!r} -> {new!r}"]
 
 
@@ -234,7 +239,9 @@ def check_resume_data(checkpoint: Dict[str, Any], vocab: Vocab, fingerprint: str
     old, new = list(checkpoint["vocab"]), list(vocab.words)
     if old != new:
         where = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
-        first = f"id {where}: {old[where] if where < len(old) else None!r} -> {new[where] if where < len(new) else None!r}"
+        first = (
+            f"id {where}: {old[where] if where < len(old) else None!r} -> {new[where] if where < len(new) else None!r}"
+        )
         raise PretrainError(
             f"cannot resume: the vocabulary differs from the checkpoint's ({len(old)} -> {len(new)} words; "
             f"first difference at {first}): the corpus or --vocab changed. Resume with the checkpoint's "

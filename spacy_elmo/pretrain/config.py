@@ -22,20 +22,37 @@ def _setting(default: Any = MISSING, help: str = "", default_factory: Any = MISS
 class PretrainConfig:
     """Everything that defines a pretraining run (saved as config.json)."""
 
-    train: List[str] = _setting(help="Training text: files (one sentence or paragraph a line, UTF-8), directories (read recursively) or .spacy files")
-    output: str = _setting(help="Output directory: config, vocab, options, log.jsonl, checkpoints/, export/, learning_curve.png")
-    dev: List[str] = _setting(default_factory=list, help="Held-out text (repeatable); default: --dev-fraction of the training windows")
+    train: List[str] = _setting(
+        help="Training text: files (one sentence or paragraph a line, UTF-8), directories (read recursively) or "
+             ".spacy files"
+    )
+    output: str = _setting(
+        help="Output directory: config, vocab, options, log.jsonl, checkpoints/, export/, learning_curve.png"
+    )
+    dev: List[str] = _setting(
+        default_factory=list, help="Held-out text (repeatable); default: --dev-fraction of the training windows"
+    )
     options: Optional[str] = _setting(None, "biLM options JSON (model sizes)")
     shape: Optional[str] = _setting(None, "Published shape instead of --options: small, medium or original")
-    init: Optional[str] = _setting(None, "Start from an exported model directory (weights.hdf5, options.json; vocab.txt and softmax.hdf5 are used when there): continue or adapt it")
+    init: Optional[str] = _setting(
+        None,
+        "Start from an exported model directory (weights.hdf5, options.json; vocab.txt and softmax.hdf5 are used when "
+        "there): continue or adapt it",
+    )
     lang: str = _setting("en", "spaCy language whose tokenizer splits the text (spacy.blank(lang))")
     max_tokens: int = _setting(100, "Longer lines are cut into windows of at most this many tokens")
     max_line_chars: int = _setting(100_000, "Longer lines are skipped (read in bounded pieces)")
-    strict: bool = _setting(False, "Fail on bad input (binary/empty files, bad UTF-8, huge lines) instead of skipping it")
-    vocab: Optional[str] = _setting(None, "Use this vocabulary file (one word a line, <S> </S> <UNK> first) instead of building one")
+    strict: bool = _setting(
+        False, "Fail on bad input (binary/empty files, bad UTF-8, huge lines) instead of skipping it"
+    )
+    vocab: Optional[str] = _setting(
+        None, "Use this vocabulary file (one word a line, <S> </S> <UNK> first) instead of building one"
+    )
     vocab_size: int = _setting(50_000, "Largest vocabulary built from the corpus (specials included)")
     min_count: int = _setting(1, "Words rarer than this become <UNK>")
-    cutoffs: Optional[List[int]] = _setting(None, "Adaptive-softmax cluster boundaries, e.g. 2000,20000 (default by vocab size)")
+    cutoffs: Optional[List[int]] = _setting(
+        None, "Adaptive-softmax cluster boundaries, e.g. 2000,20000 (default by vocab size)"
+    )
     dev_fraction: float = _setting(0.01, "Fraction of windows held out when no --dev is given (at most 2000)")
     max_dev_windows: int = _setting(2000, "Most windows held out by --dev-fraction")
     batch_size: int = _setting(32, "Windows per batch and process")

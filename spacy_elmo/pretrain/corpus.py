@@ -96,7 +96,8 @@ class Corpus:
             mapping[i] = index
         for i, count in enumerate(other.counts):
             self.counts[int(mapping[i])] += int(count)
-        flat, offsets = other.to_arrays()["flat"], other._offsets
+        arrays = other.to_arrays()
+        flat, offsets = arrays["flat"], arrays["offsets"]
         mapped = mapping[flat]
         self._ids.extend(numpy.split(mapped, offsets[1:-1]) if len(offsets) > 1 else [])
         mine, theirs = self.stats, other.stats
@@ -141,6 +142,7 @@ class Corpus:
         :attr:`stats` all :meth:`from_arrays` needs."""
         if self._flat is None or self._offsets is None:
             self.finalize()
+        assert self._flat is not None and self._offsets is not None
         return {"flat": self._flat, "offsets": self._offsets, "counts": numpy.asarray(self.counts, dtype=numpy.int64)}
 
     @classmethod

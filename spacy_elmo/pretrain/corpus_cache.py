@@ -42,7 +42,9 @@ def cache_key(files: Sequence[Path], lang: str, max_tokens: int, max_line_chars:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def save_corpus(corpus: Corpus, path: Path, compressed: bool = False, settings: Optional[Dict[str, Any]] = None) -> None:
+def save_corpus(
+    corpus: Corpus, path: Path, compressed: bool = False, settings: Optional[Dict[str, Any]] = None
+) -> None:
     """Write a tokenised corpus as one ``.npz`` (no pickle; ``compressed``:
     zip-deflated, about a third of the size and slower to write), atomically:
     into a temporary file of its own (unique even for processes with the
@@ -56,8 +58,10 @@ def save_corpus(corpus: Corpus, path: Path, compressed: bool = False, settings: 
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    arrays = corpus.to_arrays()
-    meta = json.dumps({"format": CACHE_FORMAT, "types": corpus.types, "stats": corpus.stats.to_dict(), "settings": settings or {}})
+    arrays: Dict[str, Any] = corpus.to_arrays()  # Any: numpy's savez stub types **arrays as its own options
+    meta = json.dumps(
+        {"format": CACHE_FORMAT, "types": corpus.types, "stats": corpus.stats.to_dict(), "settings": settings or {}}
+    )
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fout:
@@ -118,9 +122,15 @@ def _load(path: Path):
         flat, offsets, counts = data["flat"], data["offsets"], data["counts"]
     types = meta["types"]
     consistent = (
-        isinstance(types, list) and len(types) >= N_RESERVED_TYPES and flat.ndim == offsets.ndim == counts.ndim == 1
-        and len(offsets) >= 1 and offsets[0] == 0 and offsets[-1] == len(flat) and bool(numpy.all(numpy.diff(offsets) >= 0))
-        and len(counts) == len(types) and (not len(flat) or (0 <= flat.min() and flat.max() < len(types)))
+        isinstance(types, list)
+        and len(types) >= N_RESERVED_TYPES
+        and flat.ndim == offsets.ndim == counts.ndim == 1
+        and len(offsets) >= 1
+        and offsets[0] == 0
+        and offsets[-1] == len(flat)
+        and bool(numpy.all(numpy.diff(offsets) >= 0))
+        and len(counts) == len(types)
+        and (not len(flat) or (0 <= flat.min() and flat.max() < len(types)))
     )
     if not consistent:
         raise ValueError(f"{path}: inconsistent corpus cache (truncated or damaged)")

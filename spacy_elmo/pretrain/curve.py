@@ -25,12 +25,18 @@ def plot_learning_curve(log_path: Path, png_path: Path) -> None:
     train = [r for r in records if r.get("event") == "train"]
     evals = [r for r in records if r.get("event") == "eval"]
     unigram = next((r.get("unigram_dev_ppl") for r in records if r.get("unigram_dev_ppl")), None)
-    keys = ("dev_ppl", "held-out, geometric mean"), ("dev_ppl_forward", "held-out, forward"), ("dev_ppl_backward", "held-out, backward")
+    keys = (
+        ("dev_ppl", "held-out, geometric mean"),
+        ("dev_ppl_forward", "held-out, forward"),
+        ("dev_ppl_backward", "held-out, backward"),
+    )
     try:
         train_curve = [r["step"] for r in train], [math.exp(r["loss"]) for r in train]
         eval_curves = [([r["step"] for r in evals], [float(r[key]) for r in evals], label) for key, label in keys]
     except (KeyError, TypeError, ValueError, OverflowError) as err:
-        raise PretrainError(f"{log_path}: a train or eval record lacks a number ({type(err).__name__}: {err}): the log is damaged") from None
+        raise PretrainError(
+            f"{log_path}: a train or eval record lacks a number ({type(err).__name__}: {err}): the log is damaged"
+        ) from None
     fig, ax = plt.subplots(figsize=(7, 4))
     if train:
         ax.plot(*train_curve, label="train (dropout on)", alpha=0.6)

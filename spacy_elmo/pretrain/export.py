@@ -56,8 +56,12 @@ def load_softmax(path: Path, head: LMHead) -> None:
             if fin.attrs.get("format") != SOFTMAX_FORMAT:
                 raise ValueError("not a spacy_elmo softmax file")
             cutoffs = [int(c) for c in fin.attrs["cutoffs"]]
-            state = {}
-            fin.visititems(lambda name, obj: state.__setitem__(name, torch.from_numpy(obj[()])) if isinstance(obj, h5py.Dataset) else None)
+            state: Dict[str, torch.Tensor] = {}
+            fin.visititems(
+                lambda name, obj: (
+                    state.__setitem__(name, torch.from_numpy(obj[()])) if isinstance(obj, h5py.Dataset) else None
+                )
+            )
     except (OSError, KeyError, ValueError) as err:
         raise ValueError(f"cannot read {path}: {err}") from None
     if cutoffs != list(head.cutoffs):

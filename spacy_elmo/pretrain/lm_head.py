@@ -15,7 +15,7 @@ sampled estimate), and :meth:`LMHead.log_prob` returns that full distribution,
 so evaluation perplexities are exact. It needs word ids sorted by frequency,
 which :mod:`spacy_elmo.pretrain.vocab` provides.
 """
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple, cast
 
 import torch
 from torch import nn
@@ -60,7 +60,9 @@ class LMHead(nn.Module):
         self.softmax = nn.AdaptiveLogSoftmaxWithLoss(input_dim, vocab_size, cutoffs, div_value=div_value)
 
     @staticmethod
-    def split_directions(top: torch.Tensor, targets: torch.Tensor) -> Tuple[Tuple[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]:
+    def split_directions(
+        top: torch.Tensor, targets: torch.Tensor
+    ) -> Tuple[Tuple[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]:
         """Pair outputs with the words they predict.
 
         ``top``: the biLM's top layer (B, T, 2P), boundaries included;
@@ -119,4 +121,4 @@ class LMHead(nn.Module):
         DDP then needs no ``find_unused_parameters``, and Adam treats a
         missed cluster like a dense layer's row (its moments decay) in one
         process and in several alike."""
-        return sum(p.sum() for p in self.softmax.tail.parameters()) * 0.0
+        return cast(torch.Tensor, sum(p.sum() for p in self.softmax.tail.parameters()) * 0.0)

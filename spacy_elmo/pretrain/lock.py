@@ -51,7 +51,8 @@ class OutputLock:
         except OSError as err:
             self._remove_made()
             raise PretrainError(
-                f"cannot write to the output directory {self.out} ({err.strerror or err}: {err.filename or self.path}); "
+                f"cannot write to the output directory {self.out} ({err.strerror or err}: "
+                f"{err.filename or self.path}); "
                 "choose a writable --output"
             ) from None
         try:

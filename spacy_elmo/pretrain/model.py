@@ -16,7 +16,9 @@ class PretrainModel(nn.Module):
     """BiLM + shared softmax; ``forward`` returns the summed NLL of each
     direction and the number of targets per direction."""
 
-    def __init__(self, options: BiLMOptions, vocab_size: int, dropout: float = 0.1, cutoffs: Optional[Sequence[int]] = None) -> None:
+    def __init__(
+        self, options: BiLMOptions, vocab_size: int, dropout: float = 0.1, cutoffs: Optional[Sequence[int]] = None
+    ) -> None:
         super().__init__()
         self.bilm = BiLM(options, dropout=dropout)
         self.head = LMHead(options.projection_dim, vocab_size, cutoffs)

@@ -17,7 +17,7 @@ def lr_factor(config: PretrainConfig) -> Callable[[int], float]:
     """Linear warm-up, then linear decay to zero at ``max_steps`` (or constant).
     ``max_steps`` is read at every step, as the training loop reads it, so a
     ``pretrain`` callback that changes ``config.max_steps`` mid-run (a run
-    boxed in time, ``project/scripts/pretrain_chunk.py``) moves the run's end
+    fitted to a time budget) moves the run's end
     there, the decay steepened or eased to reach zero at the new end."""
     warmup, linear = config.warmup_steps, config.schedule == "linear"
 

@@ -26,10 +26,10 @@ from tqdm import tqdm
 from ..bilm.options import BiLMOptions
 from ..bilm.weights import load_datasets, read_datasets
 from .batches import Batcher
-from .reading import read_corpus
 from .errors import PretrainError
 from .export import load_softmax
 from .model import PretrainModel
+from .reading import read_corpus
 from .vocab import Vocab
 
 

@@ -67,7 +67,9 @@ def build_vocab(config: PretrainConfig, corpus: Corpus, type_counts: numpy.ndarr
     )
 
 
-def unigram_perplexity(train_counts: numpy.ndarray, n_train_windows: int, dev_targets: numpy.ndarray, n_dev_windows: int) -> float:
+def unigram_perplexity(
+    train_counts: numpy.ndarray, n_train_windows: int, dev_targets: numpy.ndarray, n_dev_windows: int
+) -> float:
     """Perplexity of an add-one unigram model of the training targets on the dev
     targets (one direction: the tokens plus one sentence boundary per window;
     both directions give the same value). ``train_counts``: per vocab id."""
@@ -106,7 +108,11 @@ def prepare_data(
     # Vocab-id counts of the training targets, for the unigram baseline.
     vocab_counts = numpy.zeros(len(vocab), dtype=numpy.int64)
     numpy.add.at(vocab_counts, batcher.type_vocab[N_RESERVED_TYPES:], type_counts[N_RESERVED_TYPES:])
-    dev_targets = numpy.concatenate([dev_batcher.type_vocab[dev_corpus.window(int(w))] for w in dev_idx]) if len(dev_idx) else numpy.zeros(0, numpy.int64)
+    dev_targets = (
+        numpy.concatenate([dev_batcher.type_vocab[dev_corpus.window(int(w))] for w in dev_idx])
+        if len(dev_idx)
+        else numpy.zeros(0, numpy.int64)
+    )
     unigram_ppl = unigram_perplexity(vocab_counts, len(train_idx), dev_targets, len(dev_idx)) if len(dev_idx) else None
 
     train_lengths = numpy.array([len(corpus.window(int(i))) for i in train_idx], dtype=numpy.int64)

@@ -31,7 +31,7 @@ tokenised corpus is kept on disk (:mod:`.corpus_cache`).
 """
 import logging
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Union
+from typing import Any, Iterator, List, Optional, Sequence, Union
 
 from .corpus import Corpus, CorpusStats
 from .corpus_cache import cache_key, load_corpus, load_slice, save_corpus
@@ -173,7 +173,7 @@ def read_corpus(
     import spacy
 
     nlp = spacy.blank(lang)
-    tokenizer = nlp.tokenizer
+    tokenizer: Any = nlp.tokenizer  # a Tokenizer (spaCy types the attribute as a callable)
     corpus = corpus if corpus is not None else Corpus()
     stats = corpus.stats
     for path in list_files(paths):

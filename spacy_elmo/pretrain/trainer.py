@@ -50,8 +50,16 @@ from ..bilm.options import BiLMOptions
 from . import distributed as D
 from .batches import epoch_batches
 from .checkpoint import (
-    LAST, PREVIOUS, check_resume, check_resume_data, check_resume_options, load_resume_checkpoint, make_checkpoint,
-    restore, rng_state, save_keeping_previous,
+    LAST,
+    PREVIOUS,
+    check_resume,
+    check_resume_data,
+    check_resume_options,
+    load_resume_checkpoint,
+    make_checkpoint,
+    restore,
+    rng_state,
+    save_keeping_previous,
 )
 from .config import PretrainConfig
 from .curve import plot_learning_curve
@@ -74,8 +82,12 @@ def pretrain(
     resume: bool = False,
     progress: bool = True,
     callback: Optional[Callback] = None,
+    time_limit: Optional[float] = None,
 ) -> Dict[str, Any]:
     """Train (or resume) a biLM; returns a summary dict. See the module doc.
+    ``time_limit``: seconds of training after which the run stops as on
+    SIGTERM (the step ends, a checkpoint is written, ``stopped`` is logged);
+    ``resume=True`` continues it, so a long run goes in time-boxed pieces.
     ``callback(step, record)``, if given, runs on every rank after each
     optimizer step; ``record`` holds the step's ``loss``, the ``model``, its
     ``windows`` and the run's live ``config``: changing ``config.max_steps``
@@ -88,7 +100,7 @@ def pretrain(
         device = torch.device("cuda", info.local_rank)
     try:
         with _locked_output(Path(config.output), info, device):
-            return _pretrain(config, resume, progress, callback, info, device)
+            return _pretrain(config, resume, progress, callback, info, device, time_limit)
     finally:
         D.teardown(info)
 
@@ -113,7 +125,8 @@ def _locked_output(out: Path, info: D.DistInfo, device: torch.device):
             lock.release()
 
 
-def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torch.device) -> Dict[str, Any]:
+def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torch.device,
+              time_limit: Optional[float]) -> Dict[str, Any]:
     out = Path(config.output)
     folder = out / "checkpoints"
     checkpoint, resumed_from = None, None
@@ -128,14 +141,16 @@ def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torc
     if checkpoint is not None:
         check_resume_options(checkpoint, options)
     check_output(out, info)
-    resume_check = (lambda vocab, fingerprint: check_resume_data(checkpoint, vocab, fingerprint)) if checkpoint else None
+    resume_check = (
+        (lambda vocab, fingerprint: check_resume_data(checkpoint, vocab, fingerprint)) if checkpoint else None
+    )
     data = prepare_data(config, out, options.max_characters_per_token, info, check=resume_check)
     options.extra["n_tokens_vocab"] = len(data.vocab)
     run = _Run(config, options, data, info, device, checkpoint)
     run.resumed_from = resumed_from.name if resumed_from else None
     try:
         run.write_run_files()
-        if run.loop(progress, callback):
+        if run.loop(progress, callback, time_limit):
             run.save("signal")
             run.log.write(event="stopped", step=run.step)
             return {"step": run.step, "stopped": True, "output": str(out)}
@@ -241,11 +256,18 @@ class _Run:
         data.vocab.to_file(out / "vocab.txt")
         self.options.to_file(out / "options.json")
         self.log.write(
-            event="resume" if self.resumed else "start", step=self.step, world_size=self.info.world_size,
+            event="resume" if self.resumed else "start",
+            step=self.step,
+            world_size=self.info.world_size,
             **({"checkpoint": self.resumed_from} if self.resumed else {}),
-            corpus=data.corpus.stats.to_dict(), train_windows=int(len(data.train_idx)), dev_windows=int(len(data.dev_idx)),
-            vocab_size=len(data.vocab), cutoffs=self.model.head.cutoffs, parameters=sum(p.numel() for p in self.model.parameters()),
-            steps_per_epoch=data.steps_per_epoch, unigram_dev_ppl=data.unigram_ppl,
+            corpus=data.corpus.stats.to_dict(),
+            train_windows=int(len(data.train_idx)),
+            dev_windows=int(len(data.dev_idx)),
+            vocab_size=len(data.vocab),
+            cutoffs=self.model.head.cutoffs,
+            parameters=sum(p.numel() for p in self.model.parameters()),
+            steps_per_epoch=data.steps_per_epoch,
+            unigram_dev_ppl=data.unigram_ppl,
         )
         logger.info("corpus: %s", data.corpus.stats.summary())
 
@@ -269,7 +291,9 @@ class _Run:
         epoch, k = divmod(step, self.data.steps_per_epoch)
         if epoch != self._epoch:
             self._epoch = epoch
-            self._epoch_batches = epoch_batches(self.data.train_lengths, self.config.batch_size, self.config.seed, epoch)
+            self._epoch_batches = epoch_batches(
+                self.data.train_lengths, self.config.batch_size, self.config.seed, epoch
+            )
         return self.data.train_idx[self._epoch_batches[k * self.info.world_size + self.info.rank]]
 
     def train_step(self, windows: numpy.ndarray):
@@ -318,9 +342,10 @@ class _Run:
         self.log.write(event="eval", step=self.step, **result)
         return result
 
-    def loop(self, progress: bool, callback: Optional[Callback]) -> bool:
-        """Train to ``max_steps``; True when stopped by a signal."""
+    def loop(self, progress: bool, callback: Optional[Callback], time_limit: Optional[float] = None) -> bool:
+        """Train to ``max_steps``; True when stopped by a signal or at ``time_limit`` seconds."""
         config, info = self.config, self.info
+        deadline = None if time_limit is None else time.monotonic() + time_limit
         bar = None
         if progress and info.is_main:
             from tqdm import tqdm
@@ -344,9 +369,17 @@ class _Run:
                     if self.step % config.checkpoint_every == 0 and self.step < config.max_steps:
                         self.save("every")
                     if callback is not None:
-                        callback(self.step, {"loss": float(loss.detach()), "model": self.model, "windows": windows.tolist(),
-                                             "config": config})
-                    if D.any_flag(info, stop.requested, self.device):
+                        callback(
+                            self.step,
+                            {
+                                "loss": float(loss.detach()),
+                                "model": self.model,
+                                "windows": windows.tolist(),
+                                "config": config,
+                            },
+                        )
+                    late = deadline is not None and time.monotonic() >= deadline
+                    if D.any_flag(info, stop.requested or late, self.device):
                         return True
             return False
         finally:
@@ -373,7 +406,13 @@ class _Run:
         last_eval = self.evaluate()
         self.save("end")
         out, unigram_ppl = self.out, self.data.unigram_ppl
-        summary = {"step": self.step, "stopped": False, "output": str(out), "unigram_dev_ppl": unigram_ppl, "dev": last_eval}
+        summary = {
+            "step": self.step,
+            "stopped": False,
+            "output": str(out),
+            "unigram_dev_ppl": unigram_ppl,
+            "dev": last_eval,
+        }
         if self.info.is_main:
             export(out, out / "export")
             self.log.write(event="end", step=self.step, dev=last_eval, unigram_dev_ppl=unigram_ppl)

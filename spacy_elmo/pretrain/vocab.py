@@ -44,7 +44,11 @@ class Vocab:
         that occur at least ``min_count`` times."""
         if max_size is not None and max_size < 4:
             raise ValueError(f"vocab size must be at least 4 (3 specials + a word), found {max_size}")
-        items = [(w, c) for w, c in counts.items() if c >= min_count and w not in SPECIALS and w and not any(ch.isspace() for ch in w)]
+        items = [
+            (w, c)
+            for w, c in counts.items()
+            if c >= min_count and w not in SPECIALS and w and not any(ch.isspace() for ch in w)
+        ]
         items.sort(key=lambda wc: (-wc[1], wc[0]))
         if max_size is not None:
             items = items[: max_size - len(SPECIALS)]

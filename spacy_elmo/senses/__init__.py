@@ -7,7 +7,11 @@
 - :mod:`.frames`: the crossed-frame set's format, read with bounds;
   ``senses_en.txt`` is the packaged English set;
 - :mod:`.display`: how the ``neighbours`` and ``senses`` commands show
-  their results.
+  their results;
+- :mod:`.wsd`: the paper's all-words evaluation (section 5.3, Table 5) on
+  the files of Raganato et al. (2017): SemCor sense centroids per layer,
+  1-NN by cosine, WordNet's first sense as the fallback (the ``wsd``
+  command).
 
 Imports numpy only (torch when :func:`random_like` is called); nothing of
 spaCy, the component or the command line.

@@ -41,7 +41,7 @@ positions of the tokens in which the two fillings differ).
 import re
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, Iterable, List, Union
+from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 #: Refuse sense files larger than this (bytes): the shipped set is ~60 kB.
 MAX_BYTES = 16 * 2**20
@@ -66,7 +66,9 @@ def read_bounded(path: Union[str, Path]) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
-        raise SenseDataError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}): save the set as UTF-8") from None
+        raise SenseDataError(
+            f"{path}: not UTF-8 text ({err.reason} at byte {err.start}): save the set as UTF-8"
+        ) from None
 
 
 def parse_frames(text: str, source: str = "<frames>") -> List[Dict]:
@@ -75,7 +77,9 @@ def parse_frames(text: str, source: str = "<frames>") -> List[Dict]:
     malformed line (``source:line: what is wrong``)."""
     items: List[Dict] = []
     errors: List[str] = []
-    word, senses, count = None, None, 0
+    word: Optional[str] = None
+    senses: Tuple[str, str] = ("", "")
+    count = 0
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         where = f"{source}:{number}"
@@ -108,14 +112,14 @@ def parse_frames(text: str, source: str = "<frames>") -> List[Dict]:
     return items
 
 
-def _expand(line: str, word: str, where: str):
+def _expand(line: str, word: str, where: str) -> List[Tuple[List[str], List[int]]]:
     """The two token lists of a frame line and the positions of its cue tokens."""
     if "{" not in line:
         raise SenseDataError(f"{where}: a frame needs at least one cue slot {{A | B}}")
     stripped = _SLOT.sub(" ", line)
     if any(c in stripped for c in "{}|"):
         raise SenseDataError(f"{where}: unbalanced cue slot: write each as {{fill A | fill B}} with no nesting")
-    sides = ([], [])
+    sides: Tuple[List[str], List[str]] = ([], [])
     cues: List[int] = []
     position = 0
     for piece in re.split(r"(\{[^{}]*\})", line):
@@ -123,7 +127,8 @@ def _expand(line: str, word: str, where: str):
             a, b = (part.split() for part in piece[1:-1].split("|"))
             if len(a) != len(b) or not a:
                 raise SenseDataError(
-                    f"{where}: the fillings of {piece} must have the same number of tokens (>= 1), found {len(a)} and {len(b)}"
+                    f"{where}: the fillings of {piece} must have the same number of tokens (>= 1), found {len(a)} and "
+                    f"{len(b)}"
                 )
             cues.extend(position + i for i, (x, y) in enumerate(zip(a, b)) if x != y)
             sides[0].extend(a)

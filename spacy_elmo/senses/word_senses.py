@@ -174,12 +174,18 @@ def load_senses(path: Union[str, Path, None] = None) -> List[Dict]:
             raise SenseDataError(f"{path}:{number}: not a JSON object (one item a line)")
         missing = [key for key in ("word", "sense", "tokens", "index") if key not in item]
         if missing:
-            raise SenseDataError(f"{path}:{number}: the item lacks {', '.join(missing)}: each line needs word, sense, tokens and index")
+            raise SenseDataError(
+                f"{path}:{number}: the item lacks {', '.join(missing)}: each line needs word, sense, tokens and index"
+            )
         if not isinstance(item["tokens"], (str, list)):
             raise SenseDataError(f"{path}:{number}: tokens must be a list of strings or a whitespace-tokenised string")
         tokens = item["tokens"].split() if isinstance(item["tokens"], str) else list(item["tokens"])
         index = item["index"]
-        if not isinstance(index, int) or not 0 <= index < len(tokens) or str(tokens[index]).lower() != str(item["word"]).lower():
+        if (
+            not isinstance(index, int)
+            or not 0 <= index < len(tokens)
+            or str(tokens[index]).lower() != str(item["word"]).lower()
+        ):
             raise SenseDataError(f"{path}:{number}: index {index!r} does not point at {item['word']!r} in {tokens}")
         items.append({"word": item["word"], "sense": item["sense"], "tokens": tokens, "index": index})
         if "frame" in item:
@@ -196,7 +202,9 @@ def _held_out(n: int, frames: Optional[Sequence]) -> List[numpy.ndarray]:
     return [numpy.array([f != frames[i] for f in frames]) for i in range(n)]
 
 
-def one_nn(vectors: numpy.ndarray, senses: Sequence[str], tolerance: float = TIE_TOLERANCE, frames: Optional[Sequence] = None):
+def one_nn(
+    vectors: numpy.ndarray, senses: Sequence[str], tolerance: float = TIE_TOLERANCE, frames: Optional[Sequence] = None
+):
     """Leave-one-out 1-NN over the uses of one word: per item, the expected
     credit (1, 0, or 1/k for a tie across k senses; see the module docstring)
     and whether its nearest neighbours tied across senses. With ``frames``
@@ -208,13 +216,15 @@ def one_nn(vectors: numpy.ndarray, senses: Sequence[str], tolerance: float = TIE
     credits, tied = [], []
     for i, row in enumerate(sims):
         best = row.max()
-        near = {senses[j] for j in numpy.flatnonzero(row >= best - tolerance)}
+        near = {senses[int(j)] for j in numpy.flatnonzero(row >= best - tolerance)}
         credits.append(1.0 / len(near) if senses[i] in near else 0.0)
         tied.append(len(near) > 1)
     return credits, tied
 
 
-def nearest_centroid(vectors: numpy.ndarray, senses: Sequence[str], tolerance: float = TIE_TOLERANCE, frames: Optional[Sequence] = None):
+def nearest_centroid(
+    vectors: numpy.ndarray, senses: Sequence[str], tolerance: float = TIE_TOLERANCE, frames: Optional[Sequence] = None
+):
     """Leave-one-out nearest sense centroid over the uses of one word (the
     paper's word-sense method, section 5.3: each sense is represented by
     the mean vector of its uses, and a use takes the sense whose mean is
@@ -277,7 +287,9 @@ def sense_eval(
             total += sum(credits)
             tied += sum(ties)
             per_word[word] = sum(credits) / len(credits)
-        rows.append({"layer": layer, "accuracy": total / len(items), "items": len(items), "tied": tied, "per_word": per_word})
+        rows.append(
+            {"layer": layer, "accuracy": total / len(items), "items": len(items), "tied": tied, "per_word": per_word}
+        )
     return rows
 
 

@@ -38,7 +38,9 @@ def test_shape_that_does_not_match_the_options(copy):
     with h5py.File(copy[0], "a") as f:
         del f[LSTM_W]
         f[LSTM_W] = numpy.zeros((48, 200), dtype="f4")
-    with pytest.raises(WeightFileError, match=r"'RNN_0/.*/Cell1/LSTMCell/W_0' has shape \(48, 200\), expected \(48, 192\)"):
+    with pytest.raises(
+        WeightFileError, match=r"'RNN_0/.*/Cell1/LSTMCell/W_0' has shape \(48, 200\), expected \(48, 192\)"
+    ):
         BiLM.from_hdf5(*copy)
 
 
@@ -73,7 +75,9 @@ def test_options_with_bad_values(copy):
     edit_options(copy[1], lambda d: d["char_cnn"].__setitem__("activation", "gelu"))
     with pytest.raises(OptionsError, match="activation must be one of"):
         BiLM.from_hdf5(*copy)
-    edit_options(copy[1], lambda d: (d["char_cnn"].__setitem__("activation", "relu"), d["lstm"].__setitem__("dim", "big")))
+    edit_options(
+        copy[1], lambda d: (d["char_cnn"].__setitem__("activation", "relu"), d["lstm"].__setitem__("dim", "big"))
+    )
     with pytest.raises(OptionsError, match="'lstm.dim' must be int, found 'big'"):
         BiLM.from_hdf5(*copy)
 

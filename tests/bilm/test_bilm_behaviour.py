@@ -6,7 +6,6 @@ import torch
 from spacy_elmo import BiLM
 from tests.helpers.models import random_model
 
-
 SENTENCES = [
     ["The", "bank", "of", "the", "river", "."],
     ["Hi", "!"],

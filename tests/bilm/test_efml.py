@@ -19,7 +19,6 @@ from spacy_elmo.bilm.fast import InferenceEngine
 from spacy_elmo.bilm.fast.token_cache import type_keys
 from spacy_elmo.bilm.formats import efml
 from spacy_elmo.bilm.formats.efml import EfmlFormatError
-
 from tests.helpers.paths import EXAMPLES, FIXTURES
 
 EFML = FIXTURES / "efml"
@@ -144,7 +143,9 @@ def test_the_reference_packages_bundled_architecture_is_used_by_name(tmp_path):
     config = json.loads((folder / "config.json").read_text())
     config["config_path"] = "/home/other/cnn_50_100_512_4096_sample.json"
     (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(EfmlFormatError, match=r"tensor 'char_emb_layer.embedding.weight' has shape \(64, 5\), expected \(64, 50\)"):
+    with pytest.raises(
+        EfmlFormatError, match=r"tensor 'char_emb_layer.embedding.weight' has shape \(64, 5\), expected \(64, 50\)"
+    ):
         efml.load(folder)
 
 
@@ -174,7 +175,9 @@ def test_a_pickle_with_code_is_refused_and_not_run(tmp_path):
             return (exec, (f"open({str(marker)!r}, 'w').write('x')",))
 
     torch.save({"projection.weight": Payload()}, folder / "token_embedder.pkl")
-    with pytest.raises(EfmlFormatError, match=r"token_embedder.pkl is not a PyTorch state dict of tensors.*weights_only=True"):
+    with pytest.raises(
+        EfmlFormatError, match=r"token_embedder.pkl is not a PyTorch state dict of tensors.*weights_only=True"
+    ):
         efml.load(folder)
     assert not marker.exists()
     # the same with a plain pickle file
@@ -189,7 +192,9 @@ def test_shapes_that_do_not_match_are_named(tmp_path):
     table = efml.load_state_dict(folder / "encoder.pkl")
     table["backward_layer_1.state_projection.weight"] = torch.zeros(8, 13)
     torch.save(table, folder / "encoder.pkl")
-    with pytest.raises(EfmlFormatError, match=r"backward_layer_1.state_projection.weight' has shape \(8, 13\), expected \(8, 12\)"):
+    with pytest.raises(
+        EfmlFormatError, match=r"backward_layer_1.state_projection.weight' has shape \(8, 13\), expected \(8, 12\)"
+    ):
         efml.load(folder)
 
 
@@ -264,7 +269,9 @@ def test_cli_export_writes_a_pipelines_model_in_its_own_layout(tmp_path, sentenc
         "architecture.json", "char.dic", "config.json", "encoder.pkl", "token_embedder.pkl", "word.dic"
     ]
     assert json.loads((tmp_path / "out" / "config.json").read_text())["config_path"] == "architecture.json"
-    assert_parity(BiLM.from_pretrained(str(tmp_path / "out")).eval().embed_sentences(sentences), reference, "with_words")
+    assert_parity(
+        BiLM.from_pretrained(str(tmp_path / "out")).eval().embed_sentences(sentences), reference, "with_words"
+    )
 
 
 def test_bilm_tf_export_is_refused_for_this_family(tmp_path):
@@ -316,7 +323,12 @@ def test_options_of_the_family_round_trip_and_count_parameters():
     model = efml.load(EFML / "with_words")
     assert parameter_count(model.options) == sum(p.numel() for p in model.parameters())
     again = BiLMOptions.from_dict(model.options.to_dict())
-    assert (again.family, again.n_characters, again.word_embedding_dim, again.n_words) == ("elmoformanylangs", 64, 6, 15)
+    assert (again.family, again.n_characters, again.word_embedding_dim, again.n_words) == (
+        "elmoformanylangs",
+        64,
+        6,
+        15,
+    )
     assert again.forget_bias == 0.0 and again.has_projection and again.token_width == 51
     with pytest.raises(OptionsError, match="family must be one of"):
         BiLMOptions(family="other")

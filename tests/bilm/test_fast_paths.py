@@ -21,7 +21,10 @@ def plain_encoder(enc, char_ids):
     pooled = [F.conv1d(chars, conv.weight, conv.bias).amax(-1) for conv in enc.convs]
     x = enc.activation(torch.cat(pooled, -1))
     for hw in enc.highways:
-        t, c = x @ hw.linear.weight[: x.shape[1]].T + hw.linear.bias[: x.shape[1]], x @ hw.linear.weight[x.shape[1]:].T + hw.linear.bias[x.shape[1]:]
+        t, c = (
+            x @ hw.linear.weight[: x.shape[1]].T + hw.linear.bias[: x.shape[1]],
+            x @ hw.linear.weight[x.shape[1] :].T + hw.linear.bias[x.shape[1] :],
+        )
         gate = torch.sigmoid(c)
         x = gate * torch.relu(t) + (1 - gate) * x
     if enc.projection is not None:
@@ -326,7 +329,9 @@ def test_packed_weights_follow_weight_changes_and_copies(precision):
     model, other = _default_init_model(0, packed_weights=True), _default_init_model(1, packed_weights=True)
     model.precision = other.precision = precision
     if precision == "fp32":
-        assert model.engine.packs_weights(model.layers[0], torch.zeros(2, 1, 1, 4)) == torch.backends.mkldnn.is_available()
+        assert (
+            model.engine.packs_weights(model.layers[0], torch.zeros(2, 1, 1, 4)) == torch.backends.mkldnn.is_available()
+        )
     before = model.embed_sentences(SENTENCES)
     model.load_state_dict(other.state_dict())  # in-place copy into the same tensors
     after = model.embed_sentences(SENTENCES)

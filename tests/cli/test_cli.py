@@ -18,12 +18,11 @@ from spacy_elmo.bilm import BiLM
 from spacy_elmo.cli import app, read_embeddings
 from spacy_elmo.cli.inputs import ProgressEmbedder
 from spacy_elmo.pretrain.checkpoint import CHECKPOINT_FORMAT
-
 from tests.helpers.paths import PARITY
 
 MODEL = ["--model", str(PARITY)]
 TEXT = "The storm came.\n\nShe opened a bank account!\n"
-COMMANDS = ("embed", "download", "neighbours", "senses", "pretrain", "tokenise", "plot", "export", "perplexity")
+COMMANDS = ("embed", "download", "neighbours", "senses", "wsd", "pretrain", "tokenise", "plot", "export", "perplexity")
 
 
 def plain(text):
@@ -52,16 +51,21 @@ def test_help_lists_every_command_and_tells_the_truth():
     assert f"Commands: {', '.join(COMMANDS)}." in text, text
     import typer
 
-    assert list(typer.main.get_command(app).commands) == list(COMMANDS)  # every command, none more
+    assert sorted(typer.main.get_command(app).commands) == sorted(COMMANDS)  # every command, none more
     assert all(f"│ {name} " in top.stdout for name in COMMANDS)
     for name in ("embed", "neighbours", "senses"):
         text = plain(invoke(name, "--help").stdout)
         assert "--model" in text and "--weights" not in text and "if installed" not in text
         assert "shipped with the package, the default" in text
         assert "--progress" in text and "--no-progress" in text
-    assert "Usage: root embed [OPTIONS] Embed sentences" in plain(invoke("embed", "--help").stdout)  # no old positionals
+    assert "Usage: root embed [OPTIONS] Embed sentences" in plain(
+        invoke("embed", "--help").stdout
+    )  # no old positionals
     neighbours = plain(invoke("neighbours", "--help").stdout)
-    assert "mix (the default: the plain mean of all layers" in neighbours and "top LSTM layer (L) separates word senses best" in neighbours
+    assert (
+        "mix (the default: the plain mean of all layers" in neighbours
+        and "top LSTM layer (L) separates word senses best" in neighbours
+    )
     for name in ("embed", "neighbours"):
         text = invoke(name, "--help").stdout
         assert "--lang" in text and "--whitespace" in text
@@ -112,7 +116,10 @@ def test_embed_output_maps_rows_to_tokens_and_names_the_model(tmp_path, parity_p
     assert not out.with_name("out.h5.partial").exists()
     sentences, attrs = read_embeddings(out)
     assert [tokens for tokens, _ in sentences] == [
-        ["The", "storm", "came", "."], [], ["A", "bank", ",", "a", "river", "bank", "and", "a", "bank", "account", "."], ["Ok"],
+        ["The", "storm", "came", "."],
+        [],
+        ["A", "bank", ",", "a", "river", "bank", "and", "a", "bank", "account", "."],
+        ["Ok"],
     ]
     bilm = BiLM.from_hdf5(*parity_paths).eval()
     expected = bilm.embed_sentences([tokens for tokens, _ in sentences], batch_size=2)
@@ -271,7 +278,9 @@ def test_senses_data_errors(tmp_path):
     bad_input(invoke("senses", "--data", tmp_path / "nope.jsonl", *MODEL), "--data", "no such file")
     data = tmp_path / "senses.jsonl"
     good = {"word": "bank", "sense": "river", "tokens": ["the", "bank"], "index": 1}
-    data.write_text(json.dumps(good) + "\n" + json.dumps({"word": "bank", "sense": "money", "index": 1}) + "\n", encoding="utf-8")
+    data.write_text(
+        json.dumps(good) + "\n" + json.dumps({"word": "bank", "sense": "money", "index": 1}) + "\n", encoding="utf-8"
+    )
     bad_input(invoke("senses", "--data", data, *MODEL), f"{data}:2: the item lacks tokens")
     data.write_text(json.dumps(good) + "\nnot json\n", encoding="utf-8")
     bad_input(invoke("senses", "--data", data, *MODEL), f"{data}:2: not a JSON object")

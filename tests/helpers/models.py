@@ -8,7 +8,14 @@ import torch
 def small_options(**changes):
     """A tiny but complete options dict in the published format."""
     options = {
-        "lstm": {"use_skip_connections": True, "projection_dim": 8, "cell_clip": 3, "proj_clip": 3, "dim": 16, "n_layers": 2},
+        "lstm": {
+            "use_skip_connections": True,
+            "projection_dim": 8,
+            "cell_clip": 3,
+            "proj_clip": 3,
+            "dim": 16,
+            "n_layers": 2,
+        },
         "char_cnn": {
             "activation": "relu",
             "filters": [[1, 4], [2, 4], [3, 8]],

@@ -59,7 +59,9 @@ def distributed_worker(rank: int, world_size: int, port: int, tmp: str, corpus: 
     import torch
 
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank)
+    )
     from spacy_elmo.pretrain import trainer
 
     seen = []
@@ -108,7 +110,9 @@ def teardown_worker(rank: int, world_size: int, port: int, tmp: str, corpus: str
 
     gc.disable()
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank)
+    )
     from spacy_elmo.pretrain import trainer
 
     seen = {}

@@ -21,7 +21,6 @@ import pytest
 from spacy_elmo import BiLM, hub, loading
 from spacy_elmo.bilm.options import BiLMOptions, parameter_count, published_options
 from spacy_elmo.hub import CacheError, DownloadError
-
 from tests.helpers.paths import PARITY
 
 SMALL = hub.PUBLISHED_MODELS["small"]
@@ -138,7 +137,12 @@ def parity_weights_limit() -> int:
 
 # ------------------------------------------------------------------ sizes
 def test_published_limits_cover_the_published_files_with_a_margin():
-    for name, shape in (("small", "small"), ("medium", "medium"), ("original", "original"), ("original-5.5b", "original")):
+    for name, shape in (
+        ("small", "small"),
+        ("medium", "medium"),
+        ("original", "original"),
+        ("original-5.5b", "original"),
+    ):
         floats = 4 * parameter_count(published_options(shape))
         assert floats < hub.PUBLISHED_WEIGHTS_MAX_BYTES[name] <= 1.3 * floats
     assert hub.MAX_OPTIONS_BYTES == BiLMOptions.MAX_FILE_BYTES == 1 << 20
@@ -260,7 +264,9 @@ def test_file_urls_are_read_with_the_same_limits(server, cache, tmp_path):
         loading.resolve(str(PARITY / "weights.hdf5"), big.as_uri(), progress=False)
     assert largest_file(cache) == 0
     # a regular local file by file:// is fine
-    weights, options = loading.resolve((PARITY / "weights.hdf5").as_uri(), (PARITY / "options.json").as_uri(), progress=False)
+    weights, options = loading.resolve(
+        (PARITY / "weights.hdf5").as_uri(), (PARITY / "options.json").as_uri(), progress=False
+    )
     assert weights.read_bytes() == (PARITY / "weights.hdf5").read_bytes()
 
 
@@ -275,7 +281,9 @@ def test_credentials_in_a_url_are_refused_and_never_printed(server, cache):
         lambda: BiLM.from_pretrained(url, progress=False),
         lambda: loading.resolve(url, progress=False),
         lambda: loading.resolve(url, str(PARITY / "options.json"), progress=False),
-        lambda: loading.resolve(str(PARITY / "weights.hdf5"), url.replace("weights.hdf5", "options.json"), progress=False),
+        lambda: loading.resolve(
+            str(PARITY / "weights.hdf5"), url.replace("weights.hdf5", "options.json"), progress=False
+        ),
     ):
         with pytest.raises(DownloadError) as info:
             call()
@@ -327,8 +335,11 @@ def test_a_read_only_cache_is_named(server, cache, monkeypatch):
     if os.geteuid() == 0:
         real = os.access
         monkeypatch.setattr(
-            hub.names.os, "access",
-            lambda path, mode, **kw: real(path, mode, **kw) and not (mode & os.W_OK and not os.stat(path).st_mode & 0o200),
+            hub.names.os,
+            "access",
+            lambda path, mode, **kw: (
+                real(path, mode, **kw) and not (mode & os.W_OK and not os.stat(path).st_mode & 0o200)
+            ),
         )
     monkeypatch.setenv(hub.MIRROR_ENV, f"{server.url}/bucket")
     try:
@@ -359,18 +370,26 @@ def test_dangling_and_foreign_cache_entries_are_named_with_how_to_clear_them(ser
     cache.mkdir()
     # the model's folder is a dangling link
     folder.symlink_to(tmp_path / "gone")
-    with pytest.raises(CacheError, match=f"the cache entry {folder} is a symbolic link to .*gone, which does not exist; remove it \\(rm {folder}\\)"):
+    with pytest.raises(
+        CacheError,
+        match=f"the cache entry {folder} is a symbolic link to .*gone, which does not exist; remove it \\(rm "
+              f"{folder}\\)",
+    ):
         loading.download("small", progress=False)
     folder.unlink()
     folder.mkdir()
     # the weights entry is a dangling link
     weights.symlink_to(tmp_path / "gone.hdf5")
-    with pytest.raises(CacheError, match=f"the cache entry {weights} is a symbolic link .* remove it \\(rm {weights}\\)"):
+    with pytest.raises(
+        CacheError, match=f"the cache entry {weights} is a symbolic link .* remove it \\(rm {weights}\\)"
+    ):
         BiLM.from_pretrained("small", progress=False)
     weights.unlink()
     # the weights entry links to a device, or is a directory
     weights.symlink_to("/dev/zero")
-    with pytest.raises(CacheError, match=f"the cache entry {weights} is not a regular file; remove it \\(rm {weights}\\)"):
+    with pytest.raises(
+        CacheError, match=f"the cache entry {weights} is not a regular file; remove it \\(rm {weights}\\)"
+    ):
         loading.download("small", progress=False)
     weights.unlink()
     weights.mkdir()

@@ -15,7 +15,6 @@ from spacy.tokens import Doc
 
 from spacy_elmo import BiLM, hub, loading
 from spacy_elmo.hub import DownloadError, ModelNotFoundError
-
 from tests.helpers.paths import ALLENNLP, PARITY, REPO
 from tests.helpers.server import Server
 
@@ -112,7 +111,9 @@ def test_by_name_matches_the_local_files_and_second_use_reads_the_cache(server, 
     local = BiLM.from_hdf5(PARITY / "weights.hdf5", PARITY / "options.json")
     downloaded = BiLM.from_pretrained("small", progress=False)
     assert_same_outputs(downloaded, local, parity_sentences)
-    assert files_in(cache) == sorted([SMALL, f"{SMALL}/elmo_{SMALL}_options.json", f"{SMALL}/elmo_{SMALL}_weights.hdf5"])
+    assert files_in(cache) == sorted(
+        [SMALL, f"{SMALL}/elmo_{SMALL}_options.json", f"{SMALL}/elmo_{SMALL}_weights.hdf5"]
+    )
     assert (cache / SMALL / f"elmo_{SMALL}_weights.hdf5").read_bytes() == (PARITY / "weights.hdf5").read_bytes()
     n_requests = len(server.requests)
     assert n_requests == 2
@@ -314,7 +315,9 @@ def test_two_processes_downloading_at_once_end_with_one_good_file(server, cache,
     assert max(starts) < min(ends)  # the two downloads overlap: the server held them until both began
     paths = {line[0] for line in lines}
     assert paths == {str(cache / SMALL / f"elmo_{SMALL}_weights.hdf5")}
-    assert files_in(cache) == sorted([SMALL, f"{SMALL}/elmo_{SMALL}_options.json", f"{SMALL}/elmo_{SMALL}_weights.hdf5"])
+    assert files_in(cache) == sorted(
+        [SMALL, f"{SMALL}/elmo_{SMALL}_options.json", f"{SMALL}/elmo_{SMALL}_weights.hdf5"]
+    )
     assert (cache / SMALL / f"elmo_{SMALL}_weights.hdf5").read_bytes() == (PARITY / "weights.hdf5").read_bytes()
     if hub.transport.fcntl is not None:  # the second process waited for the first and downloaded nothing
         assert sorted(server.requests) == sorted(f"/slow/{SMALL}/{name}" for name in hub.published_files("small"))
@@ -337,7 +340,9 @@ def test_without_a_lock_two_downloads_still_end_with_one_good_file(server, cache
     for thread in threads:
         thread.join(timeout=120)
     assert not errors and len(results) == 2 and results[0] == results[1]
-    assert files_in(cache) == sorted([SMALL, f"{SMALL}/elmo_{SMALL}_options.json", f"{SMALL}/elmo_{SMALL}_weights.hdf5"])
+    assert files_in(cache) == sorted(
+        [SMALL, f"{SMALL}/elmo_{SMALL}_options.json", f"{SMALL}/elmo_{SMALL}_weights.hdf5"]
+    )
     loading.check_files(*results[0])
 
 
@@ -369,12 +374,16 @@ def test_the_default_is_the_shipped_model_offline(shipped, cache, no_network, pa
     # used before initialize: loaded on first use
     first = spacy.blank("en")
     first.add_pipe("elmo")
-    numpy.testing.assert_array_equal(first(Doc(first.vocab, words=parity_sentences[0]))._.elmo.layers, doc._.elmo.layers)
+    numpy.testing.assert_array_equal(
+        first(Doc(first.vocab, words=parity_sentences[0]))._.elmo.layers, doc._.elmo.layers
+    )
     from spacy_elmo import add_elmo
 
     notebook = spacy.blank("en")
     add_elmo(notebook)
-    numpy.testing.assert_array_equal(notebook(Doc(notebook.vocab, words=parity_sentences[0]))._.elmo.layers, doc._.elmo.layers)
+    numpy.testing.assert_array_equal(
+        notebook(Doc(notebook.vocab, words=parity_sentences[0]))._.elmo.layers, doc._.elmo.layers
+    )
     assert files_in(cache) == []
 
 
@@ -383,7 +392,13 @@ def test_no_shipped_model_says_where_to_get_weights(tmp_path, monkeypatch):
     with pytest.raises(ModelNotFoundError) as info:
         BiLM.from_pretrained()
     message = str(info.value)
-    for part in ("small", "original-5.5b", "python -m spacy_elmo download", "initialize.components.elmo", "weights.hdf5"):
+    for part in (
+        "small",
+        "original-5.5b",
+        "python -m spacy_elmo download",
+        "initialize.components.elmo",
+        "weights.hdf5",
+    ):
         assert part in message
 
 

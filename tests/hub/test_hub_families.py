@@ -12,10 +12,9 @@ import torch
 from typer.testing import CliRunner
 
 from spacy_elmo import BiLM, hub
-from spacy_elmo.hub import families as hub_families
 from spacy_elmo.bilm.options import BiLMOptions
+from spacy_elmo.hub import families as hub_families
 from spacy_elmo.hub.families import UnsafeArchiveError
-
 from tests.helpers.models import small_options
 from tests.helpers.paths import FIXTURES
 from tests.helpers.server import Server
@@ -135,7 +134,11 @@ def test_cli_download_by_name(nlpl_server, cache):
 
 @pytest.mark.parametrize(
     "name, problem",
-    [("nlpl:150", "is not a zip file"), ("nlpl:151", "would be written outside the directory"), ("nlpl:152", "HTTP 404")],
+    [
+        ("nlpl:150", "is not a zip file"),
+        ("nlpl:151", "would be written outside the directory"),
+        ("nlpl:152", "HTTP 404"),
+    ],
 )
 def test_bad_zips_give_one_error_and_cache_nothing(nlpl_server, cache, tmp_path, name, problem):
     with pytest.raises(hub.DownloadError, match=problem) as info:
@@ -203,11 +206,17 @@ def test_zip_downloads_check_the_cache_first(nlpl_server, cache, tmp_path, monke
     folder = cache / "nlpl" / "11" / "142"
     folder.parent.mkdir(parents=True)
     folder.symlink_to(tmp_path / "gone")
-    with pytest.raises(hub.CacheError, match=f"the cache entry {folder} is a symbolic link to .*gone, which does not exist; remove it \\(rm {folder}\\)"):
+    with pytest.raises(
+        hub.CacheError,
+        match=f"the cache entry {folder} is a symbolic link to .*gone, which does not exist; remove it \\(rm "
+              f"{folder}\\)",
+    ):
         BiLM.from_pretrained("efml:de", progress=False)
     folder.unlink()
     folder.write_bytes(b"a file where the unpacked model goes")
-    with pytest.raises(hub.CacheError, match=f"the cache entry {folder} is not a directory; remove it \\(rm {folder}\\)"):
+    with pytest.raises(
+        hub.CacheError, match=f"the cache entry {folder} is not a directory; remove it \\(rm {folder}\\)"
+    ):
         BiLM.from_pretrained("efml:de", progress=False)
     assert nlpl_server.requests == []
     folder.unlink()

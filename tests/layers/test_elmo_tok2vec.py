@@ -6,9 +6,8 @@ from spacy.training import Example
 from spacy.util import registry
 
 from spacy_elmo import add_elmo, mix_weights
-
-from tests.helpers.models import CAT_DATA, NER_DATA, TAG_DATA, ner_config, random_model, tagger_config, train as train_steps
-
+from tests.helpers.models import CAT_DATA, NER_DATA, TAG_DATA, ner_config, random_model, tagger_config
+from tests.helpers.models import train as train_steps
 
 
 def tok2vec(width=32, output_width=0, **kwargs):

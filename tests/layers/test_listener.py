@@ -11,10 +11,9 @@ from spacy.training import Example
 
 from spacy_elmo import add_elmo, mix_weights
 from spacy_elmo.layers.scalar_mix import ScalarMix
-
-from tests.helpers.models import CAT_DATA, NER_DATA, TAG_DATA, ner_config, random_model, tagger_config, train as train_steps
+from tests.helpers.models import CAT_DATA, NER_DATA, TAG_DATA, ner_config, random_model, tagger_config
+from tests.helpers.models import train as train_steps
 from tests.helpers.paths import CONFIGS
-
 
 
 def listener(width=32, **kwargs):
@@ -338,7 +337,10 @@ def test_spacy_train_example_config(tmp_path):
     random_model(0).to_hdf5(weights, options)
     nlp = spacy.blank("en")
     data = [
-        ("I like London and Berlin", {"tags": ["N", "V", "N", "C", "N"], "entities": [(7, 13, "LOC"), (18, 24, "LOC")]}),
+        (
+            "I like London and Berlin",
+            {"tags": ["N", "V", "N", "C", "N"], "entities": [(7, 13, "LOC"), (18, 24, "LOC")]},
+        ),
         ("Shaka Khan sings", {"tags": ["N", "N", "V"], "entities": [(0, 10, "PERSON")]}),
     ]
     _write_docbin(nlp, data, tmp_path / "train.spacy")

@@ -8,7 +8,6 @@ from spacy.util import fix_random_seed, registry
 from spacy_elmo import add_elmo
 from spacy_elmo.bilm.fast import InferenceEngine
 from spacy_elmo.layers.output_cache import OutputCache
-
 from tests.helpers.models import random_model
 
 SENTENCES = [

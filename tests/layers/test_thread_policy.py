@@ -13,7 +13,6 @@ from spacy.tokens import DocBin
 
 from spacy_elmo.layers.thread_policy import AdaptiveThreads, FixedThreads, check_threads
 from spacy_elmo.loading import load_bilm
-
 from tests.helpers.paths import FIXTURES, REPO
 
 

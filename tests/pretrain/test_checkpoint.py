@@ -54,8 +54,13 @@ def test_resume_names_both_checkpoints_when_neither_loads(tmp_path):
     for name in ("last.pt", "prev.pt"):
         torch.save({"format": "spacy_elmo.pretrain.checkpoint/1", "w": torch.arange(5000.0)}, tmp_path / name)
         _truncate(tmp_path / name)
-    with pytest.raises(PretrainError, match=r"(?s)last\.pt is damaged.*The previous checkpoint cannot be used either: .*prev\.pt is damaged"):
+    with pytest.raises(
+        PretrainError,
+        match=r"(?s)last\.pt is damaged.*The previous checkpoint cannot be used either: .*prev\.pt is damaged",
+    ):
         load_resume_checkpoint(tmp_path)
     (tmp_path / "last.pt").unlink()
-    with pytest.raises(PretrainError, match=r"(?s)checkpoint not found: .*last\.pt\nThe previous checkpoint cannot be used either"):
+    with pytest.raises(
+        PretrainError, match=r"(?s)checkpoint not found: .*last\.pt\nThe previous checkpoint cannot be used either"
+    ):
         load_resume_checkpoint(tmp_path)

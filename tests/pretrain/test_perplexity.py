@@ -3,12 +3,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tests.helpers.pretrain import make_lines, tiny_config, write_corpus  # noqa: E402
-
 from spacy_elmo.cli import app  # noqa: E402
 from spacy_elmo.pretrain import pretrain  # noqa: E402
 from spacy_elmo.pretrain.errors import PretrainError  # noqa: E402
 from spacy_elmo.pretrain.perplexity import perplexity, perplexity_parts  # noqa: E402
+from tests.helpers.pretrain import make_lines, tiny_config, write_corpus  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -11,18 +11,17 @@ import numpy
 import pytest
 import torch
 
-from tests.helpers.pretrain import distributed_worker, make_lines, tiny_config, write_corpus, write_options  # noqa: E402
-
 from spacy_elmo import BiLM  # noqa: E402
 from spacy_elmo.bilm.chars import batch_to_char_ids  # noqa: E402
-from spacy_elmo.pretrain.lm_head import LMHead, default_cutoffs  # noqa: E402
+from spacy_elmo.bilm.options import BiLMOptions  # noqa: E402
 from spacy_elmo.pretrain import PretrainConfig, Vocab, export, load_checkpoint, pretrain, read_corpus  # noqa: E402
 from spacy_elmo.pretrain.batches import epoch_batches  # noqa: E402
+from spacy_elmo.pretrain.lm_head import LMHead, default_cutoffs  # noqa: E402
 from spacy_elmo.pretrain.model import PretrainModel  # noqa: E402
 from spacy_elmo.pretrain.prepare import unigram_perplexity  # noqa: E402
 from spacy_elmo.pretrain.runlog import read_log  # noqa: E402
-from spacy_elmo.bilm.options import BiLMOptions  # noqa: E402
 from tests.helpers.models import small_options  # noqa: E402
+from tests.helpers.pretrain import distributed_worker, make_lines, tiny_config, write_corpus, write_options  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -152,6 +151,26 @@ def test_kill_and_resume_equals_an_uninterrupted_run(tmp_path):
     assert full["optimizer"]["state"][0]["step"] == split["optimizer"]["state"][0]["step"]
     events = [r["event"] for r in read_log(tmp_path / "split" / "log.jsonl")]
     assert "stopped" in events and "resume" in events
+
+
+def test_time_boxed_pieces_resume_to_the_uninterrupted_run(tmp_path):
+    """--time-limit stops a run as SIGTERM does (a limit of 0 stops it after
+    its next step); pieces continued with --resume end where one run ends."""
+    corpus = write_corpus(tmp_path, 120)
+    settings = dict(max_steps=6, dropout=0.2, batch_size=16, warmup_steps=2, eval_every=3)
+    pretrain(tiny_config(tmp_path, corpus, "full", **settings), progress=False)
+    config = tiny_config(tmp_path, corpus, "pieces", **settings)
+    assert pretrain(config, progress=False, time_limit=0) == {"step": 1, "stopped": True,
+                                                              "output": str(tmp_path / "pieces")}
+    assert pretrain(config, resume=True, progress=False, time_limit=0)["step"] == 2
+    assert not (tmp_path / "pieces" / "export").exists()
+    summary = pretrain(config, resume=True, progress=False, time_limit=3600)
+    assert summary["step"] == 6 and not summary["stopped"]
+    full, pieces = _state(tmp_path / "full"), _state(tmp_path / "pieces")
+    for name, value in full["model"].items():
+        assert torch.allclose(value, pieces["model"][name], atol=1e-6, rtol=0), name
+    events = [r["event"] for r in read_log(tmp_path / "pieces" / "log.jsonl")]
+    assert events.count("stopped") == 2 and events.count("resume") == 2 and events[-1] == "end"
 
 
 def test_resume_checks_settings_and_fresh_runs_refuse_an_old_checkpoint(tmp_path):
@@ -341,9 +360,37 @@ def test_cli_pretrain_and_export(tmp_path):
     assert "held-out perplexity" in result.output
     result = runner.invoke(app, ["export", str(tmp_path / "run"), str(tmp_path / "exp")])
     assert result.exit_code == 0, result.output
-    assert {p.name for p in (tmp_path / "exp").iterdir()} == {"weights.hdf5", "options.json", "vocab.txt", "softmax.hdf5"}
-    result = runner.invoke(app, ["pretrain", str(tmp_path / "nothing.txt"), "--output", str(tmp_path / "r2"), "--shape", "small"])
+    assert {p.name for p in (tmp_path / "exp").iterdir()} == {
+        "weights.hdf5",
+        "options.json",
+        "vocab.txt",
+        "softmax.hdf5",
+    }
+    result = runner.invoke(
+        app, ["pretrain", str(tmp_path / "nothing.txt"), "--output", str(tmp_path / "r2"), "--shape", "small"]
+    )
     assert result.exit_code == 2 and "corpus path not found" in result.output
+
+
+def test_cli_time_limit_stops_cleanly_and_resume_finishes(tmp_path):
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    corpus = write_corpus(tmp_path, 60)
+    options = tmp_path / "options.json"
+    options.write_text(json.dumps(small_options()), encoding="utf-8")
+    args = ["pretrain", str(corpus), "--output", str(tmp_path / "run"), "--options", str(options),
+            "--max-steps", "3", "--batch-size", "8", "--dev-fraction", "0.1", "--no-progress", "--threads", "1"]
+    runner = CliRunner()
+    stopped = runner.invoke(app, [*args, "--time-limit", "0"])
+    assert stopped.exit_code == 0, stopped.output
+    assert "stopped at step 1" in stopped.output and "--resume" in stopped.output
+    finished = runner.invoke(app, [*args, "--resume", "--time-limit", "60"])
+    assert finished.exit_code == 0, finished.output
+    assert "step 3: held-out perplexity" in finished.output
+    refused = runner.invoke(app, [*args, "--resume", "--time-limit", "-1"])
+    assert refused.exit_code == 2 and "--time-limit" in refused.output
 
 
 def _stop_torchrun(proc):
@@ -381,13 +428,44 @@ def test_torchrun_two_processes_from_the_command_line(tmp_path):
     corpus = write_corpus(tmp_path, 400)
     options = tmp_path / "options.json"
     options.write_text(json.dumps(small_options()), encoding="utf-8")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(spacy_elmo.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(Path(spacy_elmo.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
+    )
     env["OMP_NUM_THREADS"] = "1"
     result = _torchrun(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "spacy_elmo", "pretrain",
-         str(corpus), "-o", str(tmp_path / "run"), "--options", str(options), "--max-steps", "60", "--batch-size", "8",
-         "--dev-fraction", "0.1", "--eval-every", "30", "--log-every", "10", "--lr", "0.01", "--threads", "1", "--no-progress"],
-        env, timeout=240,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "spacy_elmo",
+            "pretrain",
+            str(corpus),
+            "-o",
+            str(tmp_path / "run"),
+            "--options",
+            str(options),
+            "--max-steps",
+            "60",
+            "--batch-size",
+            "8",
+            "--dev-fraction",
+            "0.1",
+            "--eval-every",
+            "30",
+            "--log-every",
+            "10",
+            "--lr",
+            "0.01",
+            "--threads",
+            "1",
+            "--no-progress",
+        ],
+        env,
+        timeout=240,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("held-out perplexity") == 1  # rank 0 only
@@ -447,7 +525,9 @@ def test_pipeline_export_without_the_spacy_integration_is_a_clear_error(tmp_path
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_cuda_mixed_precision_training_learns(tmp_path, precision):
     corpus = write_corpus(tmp_path, 300)
-    config = tiny_config(tmp_path, corpus, device="cuda", precision=precision, max_steps=150, lr=0.01, dropout=0.0, checkpoint_every=50)
+    config = tiny_config(
+        tmp_path, corpus, device="cuda", precision=precision, max_steps=150, lr=0.01, dropout=0.0, checkpoint_every=50
+    )
     summary = pretrain(config, progress=False)
     assert summary["dev"]["dev_ppl"] < 0.5 * summary["unigram_dev_ppl"], summary
 

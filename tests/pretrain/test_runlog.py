@@ -20,7 +20,9 @@ def test_rollback_drops_later_steps_and_moves_damaged_lines_aside(tmp_path):
     good = _lines({"event": "start", "step": 0}, {"event": "train", "step": 1, "loss": 2.0}, {"event": "note"})
     later = _lines({"event": "train", "step": 3, "loss": 1.5})
     cut = '{"event": "train", "step": 4, "lo'  # a kill in mid-write: no end, no newline
-    path.write_bytes("".join(good[:2] + ["not json\n"] + good[2:] + later).encode() + b"\xff\xfe binary\n" + cut.encode())
+    path.write_bytes(
+        "".join(good[:2] + ["not json\n"] + good[2:] + later).encode() + b"\xff\xfe binary\n" + cut.encode()
+    )
     with pytest.raises(ValueError, match="not UTF-8 text"):
         read_log(path)
     assert RunLog(path, enabled=True).rollback(2) == 1

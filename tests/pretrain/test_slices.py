@@ -23,15 +23,18 @@ def _texts(tmp_path):
 
 
 def _slice(texts, path, max_tokens=64, lang="en"):
-    save_corpus(read_corpus(texts, lang, max_tokens), path, compressed=True, settings={"lang": lang, "max_tokens": max_tokens})
+    save_corpus(
+        read_corpus(texts, lang, max_tokens), path, compressed=True, settings={"lang": lang, "max_tokens": max_tokens}
+    )
     return path
 
 
 def test_slices_give_the_corpus_the_text_gives(tmp_path):
     a, b = _texts(tmp_path)
     from_text = read_corpus([a, b, a], max_tokens=6)
-    from_slices = read_corpus([_slice([a], tmp_path / "a.npz", 6), _slice([b], tmp_path / "b.npz", 6), tmp_path / "a.npz"],
-                              max_tokens=6)
+    from_slices = read_corpus(
+        [_slice([a], tmp_path / "a.npz", 6), _slice([b], tmp_path / "b.npz", 6), tmp_path / "a.npz"], max_tokens=6
+    )
     assert from_slices.fingerprint() == from_text.fingerprint()
     assert from_slices.word_counts() == from_text.word_counts()
     assert from_slices.stats.tokens == from_text.stats.tokens and from_slices.stats.lines == from_text.stats.lines
@@ -43,7 +46,9 @@ def test_slices_give_the_corpus_the_text_gives(tmp_path):
 def test_a_slice_of_other_settings_is_refused_by_name(tmp_path):
     a, _ = _texts(tmp_path)
     path = _slice([a], tmp_path / "a.npz", max_tokens=5)
-    with pytest.raises(PretrainError, match=r"a\.npz was tokenised with max_tokens 5, this run uses 64: run with --max-tokens 5"):
+    with pytest.raises(
+        PretrainError, match=r"a\.npz was tokenised with max_tokens 5, this run uses 64: run with --max-tokens 5"
+    ):
         read_corpus([path], max_tokens=64)
     with pytest.raises(PretrainError, match="tokenised with lang 'en', this run uses 'de'"):
         read_corpus([path], lang="de", max_tokens=5)
@@ -77,8 +82,11 @@ def test_a_slice_declaring_too_much_is_refused_before_reading(tmp_path, monkeypa
 def test_tokenise_command_writes_a_slice_pretrain_reads(tmp_path):
     a, b = _texts(tmp_path)
     out = tmp_path / "ab.npz"
-    run = subprocess.run([sys.executable, "-m", "spacy_elmo", "tokenise", str(a), str(b), "-o", str(out), "--max-tokens", "8"],
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "spacy_elmo", "tokenise", str(a), str(b), "-o", str(out), "--max-tokens", "8"],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     assert "2 files, 4 lines" in run.stdout
     assert read_corpus([out], max_tokens=8).fingerprint() == read_corpus([a, b], max_tokens=8).fingerprint()

@@ -37,7 +37,7 @@ Choose a path by building one::
 """
 import warnings
 from functools import partial
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -193,7 +193,7 @@ class InferenceEngine:
         encoder = parts.token_encoder
         if self.precision == "int8":
             convs = self._packed(("int8", "encoder"), encoder, int8.pack_encoder)
-            encode = partial(encoder, conv_products=convs)
+            encode: Callable[[torch.Tensor], torch.Tensor] = partial(encoder, conv_products=convs)
         else:
             encode = encoder
         use_cache = self.token_cache.max_size > 0 and not parts.training

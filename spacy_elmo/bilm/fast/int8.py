@@ -98,7 +98,7 @@ def input_bound(layers: Sequence[BiProjectedLSTMLayer], index: int, skip_connect
     return sum(bounds) if skip_connections else bounds[-1]
 
 
-def pack_layer(layer: BiProjectedLSTMLayer, bound: Optional[float]) -> Dict[str, List[Int8Linear]]:
+def pack_layer(layer: BiProjectedLSTMLayer, bound: Optional[float]) -> Dict[str, List[Optional[Int8Linear]]]:
     """int8 weights of ``layer`` for inputs bounded by ``bound`` (None:
     unbounded, the input product stays in float32 or runs per type on
     rows scaled to max ``|x| = 1``)."""
@@ -119,7 +119,7 @@ def pack_encoder(encoder: CharCNNEncoder) -> List[Int8Linear]:
     and projection inputs have no bound and stay in float32."""
     bound = float(encoder.char_embedding.weight.detach().abs().max()) or 1.0
     convs = []
-    for conv in encoder.convs:
+    for conv in encoder.conv_layers():
         n_out, char_dim, size = conv.weight.shape
         convs.append(Int8Linear(conv.weight.permute(0, 2, 1).reshape(n_out, size * char_dim), None, bound))
     return convs

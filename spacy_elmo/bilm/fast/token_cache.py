@@ -124,7 +124,10 @@ class TokenCache:
                 self._stamp = stamp
 
     def encode(
-        self, module: Callable[[torch.Tensor], torch.Tensor], unique_ids: torch.Tensor, keys: Optional[List[bytes]] = None
+        self,
+        module: Callable[[torch.Tensor], torch.Tensor],
+        unique_ids: torch.Tensor,
+        keys: Optional[List[bytes]] = None,
     ) -> torch.Tensor:
         """Encodings of the (distinct) token rows ``unique_ids`` (U, max_chars),
         those not cached computed by ``module`` (``keys``: their :func:`type_keys`, when the caller has them)."""
@@ -133,7 +136,9 @@ class TokenCache:
         with self.lock:
             return self._encode(module, unique_ids, keys)
 
-    def _encode(self, module: Callable[[torch.Tensor], torch.Tensor], unique_ids: torch.Tensor, keys: List[bytes]) -> torch.Tensor:
+    def _encode(
+        self, module: Callable[[torch.Tensor], torch.Tensor], unique_ids: torch.Tensor, keys: List[bytes]
+    ) -> torch.Tensor:
         found: List[Optional[torch.Tensor]] = [self._entries.get(k) for k in keys]
         missing = [i for i, v in enumerate(found) if v is None]
         self.hits += len(keys) - len(missing)

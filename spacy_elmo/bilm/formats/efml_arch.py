@@ -67,7 +67,7 @@ def infer_architecture(token_embedder: Dict[str, torch.Tensor], encoder: Dict[st
             raise EfmlFormatError(f"cannot infer the architecture: {where} has no tensor {key!r}")
         return tuple(table[key].shape)
 
-    filters = []
+    filters: List[List[int]] = []
     while f"convolutions.{len(filters)}.weight" in token_embedder:
         num, _, width = shape(token_embedder, f"convolutions.{len(filters)}.weight", "token_embedder.pkl")
         filters.append([width, num])
@@ -128,9 +128,13 @@ def options_from_architecture(
     if not isinstance(encoder, dict) or not isinstance(embedder, dict):
         raise EfmlFormatError(f"{where}: expected 'encoder' and 'token_embedder' objects")
     if str(encoder.get("name", "")).lower() != "elmo":
-        raise EfmlFormatError(f"{where}: encoder {encoder.get('name')!r} is not supported (only 'elmo', the published models')")
+        raise EfmlFormatError(
+            f"{where}: encoder {encoder.get('name')!r} is not supported (only 'elmo', the published models')"
+        )
     if str(embedder.get("name", "")).lower() != "cnn":
-        raise EfmlFormatError(f"{where}: token_embedder {embedder.get('name')!r} is not supported (only 'cnn', the published models')")
+        raise EfmlFormatError(
+            f"{where}: token_embedder {embedder.get('name')!r} is not supported (only 'cnn', the published models')"
+        )
     char_dim = _number(embedder, "char_dim", where)
     if char_dim <= 0:
         raise EfmlFormatError(f"{where}: char_dim {char_dim}: models without characters are not supported")
@@ -196,7 +200,9 @@ def check_shapes(options: BiLMOptions, token_embedder, encoder, where: Dict[str,
     """Raise :class:`EfmlFormatError` naming each missing, extra or
     mis-shaped tensor."""
     problems: List[str] = []
-    for (name, table), expected in zip((("token_embedder", token_embedder), ("encoder", encoder)), expected_shapes(options)):
+    for (name, table), expected in zip(
+        (("token_embedder", token_embedder), ("encoder", encoder)), expected_shapes(options)
+    ):
         for key, shape in expected.items():
             if key not in table:
                 problems.append(f"{where[name]}: missing tensor {key!r} (expected shape {shape})")

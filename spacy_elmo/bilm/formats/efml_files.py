@@ -75,7 +75,9 @@ def read_dic(path: PathLike) -> Dict[str, int]:
         if len(fields) == 1:
             fields.insert(0, "\u3000")
         if len(fields) != 2:
-            raise EfmlFormatError(f"{path}, line {number}: expected 'token<TAB>id', found {len(fields)} tab-separated fields")
+            raise EfmlFormatError(
+                f"{path}, line {number}: expected 'token<TAB>id', found {len(fields)} tab-separated fields"
+            )
         token, index = fields
         try:
             table[token] = int(index)

@@ -1,0 +1,99 @@
+"""The English biLM's learning curve on corpus v3: tokens read since the
+shipped v5 (in ``pretrain-english``, 80% of them from the new sources)
+against the registry held-out slice's perplexity, the new sources' held-out
+perplexity and SemEval-2007 F1 (best layer), every shipped version marked.
+
+``measure EXPORT``: measures an exported biLM (``pretrain``'s ``export/``,
+or the shipped model's directory) and records it as one point of
+``--curve`` (a point of the same label is replaced). ``plot``: draws the
+curve.
+"""
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import typer
+
+from spacy_elmo.pretrain.perplexity import perplexity_parts
+
+app = typer.Typer(add_completion=False, no_args_is_help=True)
+CURVE = Path("metrics/english_curve.json")
+
+
+def read_curve(path: Path) -> List[Dict]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+
+
+def semeval_f1(export: Path, train: Path, test: Path, sense_index: Path) -> Dict:
+    """F1 per layer on the test set, by the package's ``wsd`` command (its
+    centroid cache makes a second measurement of one model cheap)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "wsd.json"
+        subprocess.run([sys.executable, "-m", "spacy_elmo", "wsd", "--model", str(export), "--train", str(train),
+                        "--test", str(test), "--sense-index", str(sense_index), "--random-seeds", "0",
+                        "--json", str(out), "--no-progress"], check=True)
+        report = json.loads(out.read_text(encoding="utf-8"))
+    return {str(layer): next(iter(scores.values()))["f1"] for layer, scores in report["layers"].items()}
+
+
+@app.command()
+def measure(
+    export: Path = typer.Argument(..., help="An exported biLM directory (weights, options, vocab.txt, softmax.hdf5)"),
+    label: str = typer.Option(..., help="The point's name (e.g. v5, or a run and step)"),
+    tokens: int = typer.Option(..., help="Tokens read since the shipped v5 (the run's log: tokens_seen)"),
+    shipped: Optional[str] = typer.Option(None, help="The version this export shipped as, if it did"),
+    heldout: Path = typer.Option(Path("corpus/pretrain3/heldout.txt")),
+    heldout_v3: Path = typer.Option(Path("corpus/pretrain3/heldout_v3.txt")),
+    wsd_train: Path = typer.Option(Path("../../shared/wsd/semcor.data.xml.gz")),
+    wsd_test: Path = typer.Option(Path("../../shared/wsd/semeval2007.data.xml")),
+    sense_index: Path = typer.Option(Path("assets/wordnet/index.sense")),
+    curve: Path = typer.Option(CURVE),
+) -> None:
+    old, new, _ = perplexity_parts(export, [[heldout], [heldout_v3]])
+    f1 = semeval_f1(export, wsd_train, wsd_test, sense_index)
+    best = max((k for k in f1 if k != "mean"), key=lambda k: f1[k])
+    point = {"label": label, "tokens": tokens, "heldout_ppl": round(old["ppl"], 2),
+             "heldout_v3_ppl": round(new["ppl"], 2), "semeval2007_f1": {k: round(v, 1) for k, v in f1.items()},
+             "best_layer": best, "shipped": shipped}
+    points = [p for p in read_curve(curve) if p["label"] != label] + [point]
+    points.sort(key=lambda p: p["tokens"])
+    curve.parent.mkdir(parents=True, exist_ok=True)
+    curve.write_text(json.dumps(points, indent=1) + "\n", encoding="utf-8")
+    typer.echo(json.dumps(point))
+
+
+@app.command()
+def plot(curve: Path = typer.Option(CURVE), out: Path = typer.Option(Path("../docs/img/english_curve.png"))) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = read_curve(curve)
+    if not points:
+        raise SystemExit(f"{curve}: no points; run `measure` first")
+    x = [p["tokens"] / 1e6 for p in points]
+    panels = [("held-out perplexity, registry slice", [p["heldout_ppl"] for p in points]),
+              ("held-out perplexity, new sources", [p["heldout_v3_ppl"] for p in points]),
+              ("SemEval-2007 F1, best layer", [p["semeval2007_f1"][p["best_layer"]] for p in points])]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for ax, (title, y) in zip(axes, panels):
+        ax.plot(x, y, marker="o", color="tab:blue")
+        for xi, yi, p in zip(x, y, points):
+            if p.get("shipped"):
+                ax.annotate(p["shipped"], (xi, yi), textcoords="offset points", xytext=(4, 6), color="tab:red")
+                ax.plot([xi], [yi], marker="*", markersize=12, color="tab:red")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("tokens read since v5 (millions)")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    typer.echo(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    app()
