@@ -65,7 +65,7 @@ def test_views_and_vectors(nlp):
     doc = nlp("ELMo reads words in context.")
     data = doc._.elmo
     assert isinstance(data, ElmoData) and len(data) == len(doc)
-    numpy.testing.assert_allclose(data.vectors, data.layers.mean(axis=0), rtol=1e-6)
+    numpy.testing.assert_array_equal(data.vectors, data.layers[-1])  # mix = None: the top layer
     span = doc[1:4]
     numpy.testing.assert_array_equal(span._.elmo.layers, data.layers[:, 1:4])
     numpy.testing.assert_array_equal(doc[2]._.elmo.vector, data.vectors[2])
