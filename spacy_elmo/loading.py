@@ -11,7 +11,10 @@ is loaded once by the check and once more for the model, with the caller's
 settings.
 ``BiLM.from_pretrained``, the ``elmo`` component's weights (factory config,
 ``[initialize]``, first use, :func:`spacy_elmo.add_elmo`) and the command
-line all come through :func:`load_bilm`.
+line all come through :func:`load_bilm`; the component's ``add_pipe``
+runs :func:`check_weights` first, which tells what can be told without a
+download. The rules about what a user wrote live in
+:func:`spacy_elmo.hub.locate`; the format's checks here.
 """
 from pathlib import Path
 from typing import Dict, Optional, Tuple, Union
@@ -23,7 +26,10 @@ from .bilm import BiLM
 from .bilm.formats import efml
 from .bilm.options import BiLMOptions, parameter_count
 from .bilm.weights import WeightFileError, read_checked
-from .hub import CacheError, DownloadError, ModelNotFoundError, families  # noqa: F401 (the errors of this module's functions)
+from .hub import CacheError, DownloadError, ModelNotFoundError  # noqa: F401 (the errors of this module's functions)
+from .hub.families import check_zip
+from .hub.help import PYTHON, Wording
+from .hub.resolving import FILES, ZIP
 
 PathLike = Union[str, Path]
 Checked = Tuple[BiLMOptions, Dict[str, numpy.ndarray]]
@@ -54,19 +60,23 @@ class _Check:
         return weights_max_bytes(BiLMOptions.from_file(options))
 
     def __call__(self, weights: Path, options: Path) -> None:
-        if efml.is_model_dir(weights):
+        if weights.is_dir():  # the hub finds an ELMoForManyLangs model as its directory
             efml.load(weights, token_cache_size=0)
         else:
             self.read = read_checked(weights, options)
 
 
 def resolve(
-    weights: Optional[PathLike] = None, options: Optional[PathLike] = None, *, progress: bool = True
+    weights: Optional[PathLike] = None,
+    options: Optional[PathLike] = None,
+    *,
+    progress: bool = True,
+    wording: Wording = PYTHON,
 ) -> Tuple[Path, Path]:
     """:func:`spacy_elmo.hub.resolve` with the published format's checks on
     every download."""
     check = _Check()
-    return hub.resolve(weights, options, check=check, check_options=check.options, progress=progress)
+    return hub.obtain(locate(weights, options, wording), check=check, check_options=check.options, progress=progress)
 
 
 def download(name: str, *, progress: bool = True) -> Tuple[Path, Path]:
@@ -82,11 +92,52 @@ def check_files(weights: PathLike, options: PathLike) -> None:
     _Check()(Path(weights), Path(options))
 
 
+def locate(weights: Optional[PathLike], options: Optional[PathLike] = None, wording: Wording = PYTHON) -> hub.Located:
+    """:func:`spacy_elmo.hub.locate`, with a local weights file checked to be
+    HDF5 (h5py reads its signature, a few bytes) before its options are
+    looked for, so that a text file given as weights is named as such."""
+    try:
+        found = hub.locate(weights, options, wording=wording)
+    except hub.OptionsNotFoundError as err:
+        _check_hdf5(err.weights, wording)
+        raise
+    if found.kind == FILES and Path(found.weights).is_file():
+        _check_hdf5(Path(found.weights), wording)
+    return found
+
+
+def _check_hdf5(path: Path, wording: Wording) -> None:
+    import h5py
+
+    if not h5py.is_hdf5(str(path)):
+        raise WeightFileError(
+            f"{path} is not an HDF5 file: ELMo weights are the bilm-tf/AllenNLP .hdf5 file "
+            f"(their options a separate JSON file). {wording.advice}"
+        )
+
+
+def check_weights(
+    weights: Optional[PathLike], options: Optional[PathLike] = None, *, wording: Wording = PYTHON
+) -> None:
+    """What can be told about ``weights``/``options`` without a download and
+    without reading arrays: every rule of :func:`spacy_elmo.hub.locate`
+    (unknown names, paths that do not exist, options that do not go with
+    the weights), a local weights file is HDF5 and its options are valid, a
+    local zip's listing is acceptable. The ``elmo`` component runs this at
+    ``add_pipe``."""
+    found = locate(weights, options, wording)
+    if found.kind == FILES and Path(found.weights).is_file():
+        BiLMOptions.from_file(found.pair()[1])
+    elif found.kind == ZIP:
+        check_zip(Path(found.weights))
+
+
 def load_bilm(
     weights: Optional[PathLike] = None,
     options: Optional[PathLike] = None,
     *,
     progress: bool = True,
+    wording: Wording = PYTHON,
     **kwargs,
 ) -> BiLM:
     """A biLM by name, path or URL: ``None``/``"english"`` (shipped with the
@@ -94,52 +145,18 @@ def load_bilm(
     (AllenNLP's published English ELMo, downloaded once into the cache),
     ``"efml:<lang>"``, ``"nlpl:<id>"`` (the other families), a directory,
     weights file or zip, or an http(s) URL (see :mod:`spacy_elmo.hub`).
+    ``wording``: how the entry point names the settings in errors.
     ``kwargs`` go to :class:`~spacy_elmo.bilm.BiLM`."""
-    _check_local_weights_file(weights)
     check = _Check()
-    weights_path, options_path = hub.resolve(
-        weights, options, check=check, check_options=check.options, progress=progress
-    )
-    if efml.is_model_dir(weights_path):
-        return efml.load(weights_path, **kwargs)
-    read = check.read if check.read is not None else read_checked(weights_path, options_path)
+    found = locate(weights, options, wording)
+    weights_path, options_path = hub.obtain(found, check=check, check_options=check.options, progress=progress)
+    try:
+        if weights_path.is_dir():  # the hub finds an ELMoForManyLangs model as its directory
+            return efml.load(weights_path, **kwargs)
+        read = check.read if check.read is not None else read_checked(weights_path, options_path)
+    except (ValueError, OSError) as err:
+        hint = hub.stale_hint(weights_path) if found.kind != FILES else ""
+        if hint:  # a cache entry (read, not downloaded, this time): say how to clear it
+            err.args = (f"{err} ({hint})",) + err.args[1:]
+        raise
     return BiLM.from_datasets(*read, **kwargs)
-
-
-def _check_local_weights_file(weights: Optional[PathLike]) -> None:
-    """A local weights file (or a directory's ``weights.hdf5``) must be HDF5:
-    said before the hub looks for the options beside it, so that a text
-    file given as weights is named as such (h5py's signature check reads a
-    few bytes)."""
-    import h5py
-
-    if weights is None or (isinstance(weights, str) and hub.is_url(weights)):
-        return
-    path = Path(weights).expanduser()
-    if path.is_dir():
-        path = path / "weights.hdf5"
-    if path.is_file() and not h5py.is_hdf5(str(path)):
-        raise WeightFileError(
-            f"{path} is not an HDF5 file: ELMo weights are the bilm-tf/AllenNLP .hdf5 file "
-            f"(their options a separate JSON file). {hub.HOW_TO_GIVE_WEIGHTS}"
-        )
-
-
-def check_local(weights: Optional[PathLike], options: Optional[PathLike] = None) -> None:
-    """For ``weights`` that name an existing local file or directory, the
-    checks that need no download and no array read: the weights file is
-    HDF5, its options are found and valid. Names, URLs and paths that do
-    not exist here pass (loading them names what is wrong). The ``elmo``
-    component runs this at construction (``add_pipe``)."""
-    if weights is None or any(isinstance(value, str) and hub.is_url(value) for value in (weights, options)):
-        return
-    if isinstance(weights, str) and weights.strip().lower() in (*hub.PUBLISHED_MODELS, *hub.SHIPPED_NAMES):
-        return
-    if not Path(weights).expanduser().exists():
-        return
-    if families.is_efml_dir(Path(weights).expanduser()) or families.is_zip_path(weights):
-        return  # the other families' files are read and checked once, when loaded
-    _check_local_weights_file(weights)
-    _, options_path = hub.resolve(weights, options)
-    BiLMOptions.from_file(options_path)
-

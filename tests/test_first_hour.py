@@ -116,14 +116,54 @@ def test_bad_options_at_add_pipe(tmp_path):
         nlp.add_pipe("elmo", config={"weights": str(SHIPPED / "weights.hdf5"), "options": str(options)})
 
 
-def test_missing_weights_path_left_to_initialize(tmp_path):
-    """A saved pipeline is rebuilt through the constructor on spacy.load,
-    so a path that does not exist here must not stop add_pipe; initialize
-    names it."""
+@pytest.mark.parametrize(
+    "weights, message",
+    [
+        ("{tmp}/gone/weights.hdf5", "gone/weights.hdf5' is neither a model name nor an existing file"),
+        ("smal", "'smal' is neither a model name nor an existing file"),
+        ("efml:xx", "no ELMoForManyLangs model for 'xx'"),
+        ("nlpl:abc", "write nlpl:<id> or nlpl:<version>/<id>"),
+        ("http://user:secret@example.org/weights.hdf5", "URLs with credentials"),
+    ],
+)
+def test_bad_weights_stop_add_pipe_without_a_download(tmp_path, monkeypatch, weights, message):
+    """Names that do not exist and paths that are not here stop ``add_pipe``
+    with the package's message (and how to give weights); nothing is
+    downloaded to tell."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("add_pipe used the network")
+
+    monkeypatch.setattr("urllib.request.urlopen", refuse)
+    monkeypatch.setattr("urllib.request.OpenerDirector.open", refuse)
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"weights": str(tmp_path / "gone" / "weights.hdf5")})
-    with pytest.raises(ModelNotFoundError, match="gone"):
-        nlp.initialize()
+    with pytest.raises((ValueError, OSError), match=message.replace("{tmp}", "").replace("(", r"\(")) as info:
+        nlp.add_pipe("elmo", config={"weights": weights.replace("{tmp}", str(tmp_path))})
+    assert nlp.pipe_names == []
+    if "neither" in message:
+        assert "nlp.add_pipe('elmo', config={'weights': NAME})" in str(info.value)
+
+
+def test_a_saved_pipeline_loads_where_its_weights_setting_names_nothing(tmp_path):
+    """``spacy.load`` rebuilds the component from the config, whose
+    ``weights`` named a path of the machine it was saved on: the biLM comes
+    from the saved files, so that setting is not checked again."""
+    local = tmp_path / "model"
+    local.mkdir()
+    for name in ("weights.hdf5", "options.json"):
+        (local / name).write_bytes((SHIPPED / name).read_bytes())
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(local)})
+    nlp.initialize()
+    expected = nlp("a river bank")._.elmo.layers
+    nlp.to_disk(tmp_path / "pipeline")
+    for name in ("weights.hdf5", "options.json"):
+        (local / name).unlink()
+    local.rmdir()
+    loaded = spacy.load(tmp_path / "pipeline")
+    assert loaded.config["components"]["elmo"]["weights"] == str(local)
+    assert (loaded("a river bank")._.elmo.layers == expected).all()
+    with pytest.raises(ModelNotFoundError, match="is neither a model name"):  # a new component is checked
+        loaded.add_pipe("elmo", name="second", config={"weights": str(local)})
 
 
 def test_good_weights_pass_add_pipe():

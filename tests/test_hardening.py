@@ -143,12 +143,14 @@ def test_saved_biLM_changed_after_saving_is_refused(pipeline, edit):
     assert str(pipeline / "elmo" / "model") in str(info.value)
 
 
-def test_checksum_round_trip_and_old_pipelines_without_one(pipeline):
+def test_checksum_round_trip_and_a_saved_biLM_without_one_is_refused(pipeline):
     doc = spacy.load(pipeline)("A checksummed pipeline loads .")
-    rewrite_saved_bilm(pipeline / "elmo" / "model", lambda s: s.pop("sha256"))
-    with pytest.warns(UserWarning, match="carries no checksum"):
-        again = spacy.load(pipeline)("A checksummed pipeline loads .")
+    again = spacy.load(pipeline)("A checksummed pipeline loads .")
     numpy.testing.assert_array_equal(doc._.elmo.layers, again._.elmo.layers)
+    rewrite_saved_bilm(pipeline / "elmo" / "model", lambda s: s.pop("sha256"))
+    with pytest.raises(WeightFileError, match="carries no SHA-256 checksum") as info:
+        spacy.load(pipeline)
+    assert str(pipeline / "elmo" / "model") in str(info.value)
 
 
 @pytest.fixture(scope="module")

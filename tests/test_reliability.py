@@ -290,6 +290,7 @@ def test_inference_settings_come_from_the_config_and_survive_a_save(tmp_path):
 
 # ------------------------------------------------------- 4./5./6. pretraining
 from spacy_elmo.pretrain import PretrainError, load_checkpoint, pretrain  # noqa: E402
+from spacy_elmo.pretrain.checkpoint import state_digest  # noqa: E402
 from spacy_elmo.pretrain.runlog import read_log  # noqa: E402
 from tests.helpers.pretrain import tiny_config, write_corpus, write_options  # noqa: E402
 
@@ -318,6 +319,7 @@ def test_resume_refuses_a_changed_corpus_with_the_same_vocabulary_size(tmp_path,
     path = tmp_path / "out" / "checkpoints" / "last.pt"
     state = load_checkpoint(path)
     del state["corpus_sha256"]
+    state["sha256"] = state_digest(state)
     torch.save(state, path)
     with pytest.raises(PretrainError, match=r"the vocabulary differs from the checkpoint's \((\d+) -> \1 words"):
         pretrain(_resume_with_more_steps(tmp_path, corpus), resume=True, progress=False)

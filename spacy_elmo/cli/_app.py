@@ -18,6 +18,8 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 
+from ..hub.help import Wording
+
 #: Exit code for bad input (click uses 2 for bad usage; the same meaning).
 BAD_INPUT = 2
 DEBUG_ENV = "SPACY_ELMO_DEBUG"
@@ -94,9 +96,23 @@ def pick(value: Optional[str], legacy: Optional[str], new: str, old: str) -> Opt
 
 # ------------------------------------------------------------ shared options
 MODEL_HELP = (
-    "The biLM: a name (english: the model shipped with the package, the default; small, medium, original, "
-    "original-5.5b: AllenNLP's published English ELMo, downloaded once into the cache), a directory holding "
-    "weights.hdf5 and options.json, a weights hdf5 file, or an http(s) URL"
+    "The biLM, NAME|DIR|FILE|URL: a name (english: the model shipped with the package, the default; small, medium, "
+    "original, original-5.5b: AllenNLP's published English ELMo, downloaded once into the cache; efml:<lang>, "
+    "nlpl:<id>: the other languages), a directory holding weights.hdf5 and options.json (or an ELMoForManyLangs "
+    "or NLPL model), a weights hdf5 file or a zip, or an http(s) URL of either"
+)
+#: How the command line names the biLM's settings in the loaders' errors.
+MODEL_WORDING = Wording(
+    weights="--model",
+    options="--options",
+    advice=(
+        "Give --model NAME|DIR|FILE|URL: NAME english (shipped with the package, the default), small, medium, "
+        "original, original-5.5b (AllenNLP's English ELMo, downloaded once into the cache; ahead of time: "
+        "python -m spacy_elmo download NAME), efml:<lang> or nlpl:<id> (other languages); DIR a directory "
+        "with weights.hdf5 and options.json, or an ELMoForManyLangs or NLPL model; FILE a weights .hdf5 "
+        "(with --options FILE when its options JSON is not beside it) or a .zip; URL an http(s) URL of a "
+        "weights file (with --options URL) or a zip."
+    ),
 )
 Model = Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", help=MODEL_HELP, show_default=False)]
 Options = Annotated[

@@ -27,7 +27,7 @@ import numpy
 
 from ..embed.lines import MAX_LINE_CHARS, decode_line, raw_lines  # noqa: F401  (MAX_LINE_CHARS: named here too)
 from ..embed.run import sha256_file
-from ._app import InputError
+from ._app import MODEL_WORDING, InputError
 
 STDIN = "<stdin>"
 
@@ -119,18 +119,13 @@ def tokenization_name(lang: str, whitespace: bool) -> str:
 
 
 # ------------------------------------------------------------------- model
-def _check_pair(model: Optional[str], options: Optional[str]) -> None:
-    if options is not None and model is None:
-        raise InputError("--options needs --model: give the weights file or URL the options belong to")
-
-
 def load_model(model: Optional[str], options: Optional[str], progress: bool):
     """The biLM of ``--model``/``--options`` (through the package's one
-    loader, :func:`spacy_elmo.loading.load_bilm`), in eval mode."""
+    loader, :func:`spacy_elmo.loading.load_bilm`, its errors worded for the
+    command line), in eval mode."""
     from ..loading import load_bilm
 
-    _check_pair(model, options)
-    return load_bilm(model, options, progress=progress).eval()
+    return load_bilm(model, options, progress=progress, wording=MODEL_WORDING).eval()
 
 
 def model_files(model: Optional[str], options: Optional[str]) -> Tuple[Path, Path]:
@@ -138,8 +133,7 @@ def model_files(model: Optional[str], options: Optional[str]) -> Tuple[Path, Pat
     :func:`load_model`, nothing is downloaded."""
     from ..loading import resolve
 
-    _check_pair(model, options)
-    return resolve(model, options, progress=False)
+    return resolve(model, options, progress=False, wording=MODEL_WORDING)
 
 
 def model_identity(model: Optional[str], options: Optional[str]) -> Dict[str, str]:

@@ -4,7 +4,7 @@ from typing import Dict, List, Optional
 
 import typer
 
-from ._app import BatchSize, InputError, Lang, Model, Options, Progress, Whitespace, command, pick, show_progress
+from ._app import BatchSize, InputError, Lang, Model, Options, Progress, Whitespace, command, show_progress
 from .inputs import (
     ProgressEmbedder,
     input_file,
@@ -36,7 +36,6 @@ def neighbours(
     whitespace: Whitespace = False,
     batch_size: BatchSize = 64,
     progress: Progress = None,
-    old_weights: Optional[str] = typer.Option(None, "--weights", hidden=True),
 ) -> None:
     """Contextual nearest neighbours: the uses of WORD in the corpus nearest to its use in QUERY.
 
@@ -46,7 +45,6 @@ def neighbours(
     from ..senses.display import mark
 
     progress = show_progress(progress)
-    model = pick(model, old_weights, "--model", "--weights")
     which = parse_layer(layer)
     input_file(corpus, "--corpus")
     tokenize = tokenizer(lang, whitespace)
@@ -87,7 +85,6 @@ def senses(
     ),
     batch_size: BatchSize = 64,
     progress: Progress = None,
-    old_weights: Optional[str] = typer.Option(None, "--weights", hidden=True),
 ) -> None:
     """Word sense accuracy per biLM layer, leave-one-frame-out within each word.
 
@@ -99,7 +96,6 @@ def senses(
     from ..senses.display import format_table
 
     progress = show_progress(progress)
-    model = pick(model, old_weights, "--model", "--weights")
     items = load_senses(input_file(data, "--data"))
     bilm = load_model(model, options, progress)
     if random_weights:

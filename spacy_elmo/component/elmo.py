@@ -12,21 +12,23 @@ component: ``predict`` is ``model.predict(docs)``; ``update`` is
 ``grad_factor > 0`` and the component is not ``frozen``), ``model.predict``
 otherwise, and hands the outputs and a backprop callback to the listeners.
 
-Weights in the published bilm-tf/AllenNLP format are read at
-initialization, by name, path or URL (see :mod:`spacy_elmo.hub`; none given:
-the English biLM shipped with the package)::
+Weights come in one way, :meth:`Elmo.load_weights` (a name, path or URL
+given to :func:`spacy_elmo.loading.load_bilm`; none given: the English biLM
+shipped with the package), from one of two settings::
 
     [initialize.components.elmo]
     weights = "small"                   # or "path/weights.hdf5"
     options = null                      # or "path/options.json"
 
-or from the component's own ``weights``/``options``
-(``nlp.add_pipe("elmo", config={"weights": "small"})``) when the
-``[initialize]`` block gives none. A component used before
-``nlp.initialize()`` loads them on first use. They are saved inside the
-pipeline afterwards (``nlp.to_disk`` writes them in the same format), so
-``spacy.load`` needs no outside file. In Python,
-:func:`add_elmo` does both steps at once.
+or the component's own ``weights``/``options``
+(``nlp.add_pipe("elmo", config={"weights": "small"})``), used when the
+``[initialize]`` block gives none, at ``nlp.initialize()`` or on first use
+before it. ``add_pipe`` checks them first, without a download
+(:func:`spacy_elmo.loading.check_weights`: unknown names and paths that do
+not exist stop it). They are saved inside the pipeline afterwards
+(``nlp.to_disk`` writes them in the same format), so ``spacy.load`` needs no
+outside file and does not check the setting again. In Python,
+:func:`add_elmo` adds the component and loads its weights at once.
 """
 import math
 from itertools import islice
@@ -48,7 +50,7 @@ from ..layers.bilm_shim import get_bilm, has_bilm, set_bilm
 from ..layers.listener import ElmoListenerLayer
 from ..layers.output_cache import OutputCache
 from ..layers.span_plan import token_buffers
-from ..loading import check_local, load_bilm
+from ..loading import check_weights, load_bilm
 from . import registrations  # noqa: F401 (registers the architectures the default config names)
 from .doc_data import DTYPES, STORES, ElmoData, install_extensions
 from .listener_host import ListenerHost
@@ -114,7 +116,8 @@ def make_elmo(
     weights, options: the biLM to load at ``nlp.initialize()`` when
         ``[initialize.components.elmo]`` gives none: a model name, path or
         URL (see :mod:`spacy_elmo.hub`); None: the shipped English biLM.
-        Read only at initialization (or first use before it): a saved
+        Checked here without a download (:func:`~spacy_elmo.loading.check_weights`),
+        read only at initialization (or first use before it): a saved
         pipeline carries its weights and never reads these again.
     vector_hooks: answer ``token.vector``, ``span.vector``, ``doc.vector``
         and ``.similarity`` from ``Doc._.elmo`` through spaCy's user hooks
@@ -127,10 +130,27 @@ def make_elmo(
         least this many tokens, whatever spaCy's ``batch_size`` (0: spaCy's
         batches as they come); see :meth:`Elmo.pipe`.
     """
+    if not _restoring(nlp, name):
+        check_weights(weights, options)
     return Elmo(
         nlp.vocab, model, name, store=store, dtype=dtype, mix=mix, frozen=frozen,
         weights=weights, options=options, vector_hooks=vector_hooks, buffer_tokens=buffer_tokens
     )
+
+
+def _restoring(nlp: Language, name: str) -> bool:
+    """Whether spaCy is rebuilding the component ``name`` of a saved pipeline:
+    ``spacy.load`` creates the ``Language`` with the pipeline's saved
+    ``meta.json``, which lists its components, before it builds them from
+    the config. Such a component gets its biLM from the saved files, and
+    its ``weights`` setting may name a path of the machine it was trained
+    on, so it is not checked. (spaCy keeps the meta it was given in
+    ``Language._meta``; its ``meta`` property would overwrite the list
+    with the components built so far.)"""
+    meta = getattr(nlp, "_meta", None)
+    if not isinstance(meta, dict):
+        return False
+    return any(isinstance(names, list) and name in names for names in (meta.get("components"), meta.get("pipeline")))
 
 
 class Elmo(ListenerHost, TrainablePipe):
@@ -169,13 +189,8 @@ class Elmo(ListenerHost, TrainablePipe):
         self.frozen = frozen
         self.listener_map = {}
         #: The factory's ``weights``/``options``: read at initialization when
-        #: ``[initialize.components.elmo]`` gives none.
+        #: ``[initialize.components.elmo]`` gives none (checked by the factory).
         self.weights_source = (weights, options)
-        #: Bad local weights stop ``add_pipe`` (see :func:`~spacy_elmo.loading.check_local`):
-        #: a path that does not exist here is left to initialization, since
-        #: ``spacy.load`` rebuilds a saved pipeline (which carries its weights)
-        #: through this constructor, on any machine.
-        check_local(weights, options)
         #: Install :mod:`spacy_elmo.component.vector_hooks` on every annotated Doc.
         self.vector_hooks = vector_hooks
         #: Tokens per group of docs in :meth:`pipe` (0: spaCy's batches).
@@ -198,28 +213,19 @@ class Elmo(ListenerHost, TrainablePipe):
             self._set_listener_dims(listener)
 
     def load_weights(
-        self,
-        weights: Optional[Union[str, Path]] = None,
-        options: Optional[Union[str, Path]] = None,
-        *,
-        bilm: Optional[BiLM] = None,
+        self, weights: Optional[Union[str, Path]] = None, options: Optional[Union[str, Path]] = None
     ) -> None:
-        """The one route of weights into the component: the factory's
-        ``weights``, ``[initialize.components.elmo]``, first use before
-        ``nlp.initialize()`` and :func:`add_elmo` all call it. ``weights``
-        (and ``options``): a name, path or URL, read and checked once by
-        :func:`spacy_elmo.loading.load_bilm`; or a ready ``bilm``. Neither:
-        the factory's ``weights``/``options`` (None there: the shipped
-        English biLM)."""
-        if bilm is not None and (weights is not None or options is not None):
-            raise ValueError("give either weights (and options), or a bilm")
-        if bilm is None:
-            if weights is None and options is not None:
-                raise ValueError("options were given without weights")
-            if weights is None:
-                weights, options = self.weights_source
-            bilm = load_bilm(weights, options)
-        self.set_bilm(bilm)
+        """The one route of weights into the component: ``[initialize.components.elmo]``,
+        the factory's ``weights``, first use before ``nlp.initialize()`` and
+        :func:`add_elmo` all call it. ``weights`` (and ``options``): a name,
+        path or URL, checked and read once by :func:`spacy_elmo.loading.load_bilm`
+        (the rules about the pair live in :func:`spacy_elmo.hub.locate`).
+        Neither given: the factory's ``weights``/``options`` (None there: the
+        shipped English biLM). A ready :class:`~spacy_elmo.BiLM` is not
+        weights: :meth:`set_bilm` takes it."""
+        if weights is None and options is None:
+            weights, options = self.weights_source
+        self.set_bilm(load_bilm(weights, options))
 
     def _load_configured_bilm(self) -> None:
         """First use before ``nlp.initialize()``: load the factory's
@@ -388,14 +394,14 @@ class Elmo(ListenerHost, TrainablePipe):
         weights: Optional[Union[str, Path]] = None,
         options: Optional[Union[str, Path]] = None,
     ) -> None:
-        """Load the biLM (published format) from ``weights``/``options``: a
-        name, path or URL (see :mod:`spacy_elmo.hub`). None given: the
-        factory's ``weights``/``options``; else the biLM the component already
-        has (set with :meth:`set_bilm`); else the shipped English biLM."""
+        """Load the biLM from ``weights``/``options`` (``[initialize.components.elmo]``):
+        a name, path or URL (see :mod:`spacy_elmo.hub`), through
+        :meth:`load_weights`. None given: the factory's ``weights``/``options``;
+        else the biLM the component already has (set with :meth:`set_bilm`);
+        else the shipped English biLM."""
         validate_get_examples(get_examples, "Elmo.initialize")
-        if weights is None and options is not None:
-            raise ValueError("[initialize.components.elmo] gives options but no weights")
-        if weights is not None or self.weights_source[0] is not None or not has_bilm(self.model):
+        given = weights is not None or options is not None
+        if given or self.weights_source != (None, None) or not has_bilm(self.model):
             self.load_weights(weights, options)
         else:
             self.set_bilm(get_bilm(self.model))
@@ -484,25 +490,35 @@ def add_elmo(
     (6, 1024)
 
     Either ``weights`` (a name, path or URL, with ``options`` where needed;
-    see :mod:`spacy_elmo.hub`; None: the shipped English biLM) or a ``bilm``.
-    ``weights``/``options`` given in ``config`` (the factory's settings) are
-    used the same way when the arguments give none; given in both places,
-    they are refused rather than one silently winning.
+    see :mod:`spacy_elmo.hub`; None: the shipped English biLM), which become
+    the component's ``weights``/``options`` settings and are loaded through
+    :meth:`Elmo.load_weights`, or a ready ``bilm`` (:meth:`Elmo.set_bilm`).
+    ``weights``/``options`` may also be given in ``config`` (the factory's
+    settings); given in both places, they are refused rather than one
+    silently winning. On failure ``nlp`` is left as it was.
     """
-    if bilm is not None and (weights is not None or options is not None):
-        raise ValueError("give either weights (and options), or a bilm")
-    in_config = {key: (config or {}).get(key) for key in ("weights", "options")}
-    if any(value is not None for value in in_config.values()):
-        if bilm is not None or weights is not None or options is not None:
-            raise ValueError(
-                "add_elmo got the biLM twice: as an argument (weights/options or bilm) and in config "
-                f"({', '.join(k for k, v in in_config.items() if v is not None)}); give it in one place"
-            )
-        weights, options = in_config["weights"], in_config["options"]
-    if bilm is None:
-        bilm = load_bilm(weights, options)  # before add_pipe: a bad name leaves nlp as it was
-    check_mix((config or {}).get("mix"), bilm.num_layers)  # so does a mix of another length
-    component = cast(Elmo, nlp.add_pipe("elmo", name=name, config=config or {}, **add_pipe_kwargs))
-    component.load_weights(bilm=bilm)
-    component.model.initialize()
+    config = dict(config or {})
+    in_config = [key for key in ("weights", "options") if config.get(key) is not None]
+    given = [key for key, value in (("weights", weights), ("options", options)) if value is not None]
+    places = [f"as {what}" for what, keys in (("arguments", given), ("in config", in_config)) if keys]
+    places += ["as a bilm"] if bilm is not None else []
+    if len(places) > 1:
+        raise ValueError(
+            f"add_elmo got the biLM twice: {' and '.join(places)}; give either weights (and options) or a bilm, "
+            "in one place"
+        )
+    if given:
+        config.update(
+            weights=None if weights is None else str(weights), options=None if options is None else str(options)
+        )
+    component = cast(Elmo, nlp.add_pipe("elmo", name=name, config=config, **add_pipe_kwargs))
+    try:
+        if bilm is not None:
+            component.set_bilm(bilm)
+        else:
+            component.load_weights()
+        component.model.initialize()
+    except BaseException:
+        nlp.remove_pipe(name)
+        raise
     return component

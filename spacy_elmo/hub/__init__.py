@@ -5,14 +5,15 @@ format and imports nothing of the model: callers hand in the check a
 download must pass (:mod:`spacy_elmo.loading` gives the published format's).
 One stack, each module importing only those below it:
 
-- :mod:`.resolving`: :func:`resolve`, what a user writes as weights -> files;
+- :mod:`.resolving`: :func:`locate` (what a user writes as weights, every rule
+  about it, no download) and :func:`resolve` (-> files);
 - :mod:`.families`: ``efml:``/``nlpl:`` names, zips, other families' directories;
 - :mod:`.names`: the shipped model, AllenNLP's published names, URLs and
   the cache;
 - :mod:`.transport`: bounded, locked, atomic downloads;
 - :mod:`.help`: what the errors tell a user.
 """
-from .help import HOW_TO_GIVE_WEIGHTS
+from .help import HOW_TO_GIVE_WEIGHTS, PYTHON, Wording
 from .names import (
     CACHE_ENV,
     MIRROR_ENV,
@@ -33,9 +34,10 @@ from .names import (
     published_files,
     published_urls,
     shipped_model,
+    stale_hint,
     url_cache_path,
 )
-from .resolving import resolve
+from .resolving import Located, OptionsNotFoundError, locate, obtain, resolve
 from .transport import (
     DEADLINE_ENV,
     DEADLINE_S,
@@ -59,6 +61,12 @@ __all__ = [
     "deadline_s",
     "redact",
     "HOW_TO_GIVE_WEIGHTS",
+    "PYTHON",
+    "Located",
+    "OptionsNotFoundError",
+    "Wording",
+    "locate",
+    "obtain",
     "MIRROR_ENV",
     "PUBLISHED_BASE_URL",
     "PUBLISHED_MODELS",
@@ -77,5 +85,6 @@ __all__ = [
     "published_urls",
     "resolve",
     "shipped_model",
+    "stale_hint",
     "url_cache_path",
 ]

@@ -23,28 +23,32 @@ Choices:
   is, with no network: to work offline, unzip the file there by hand (or
   give the zip or its directory as the weights).
 * Unpacking is bounded and confined: at most :data:`MAX_MEMBERS` members
-  and :data:`MAX_UNPACKED_BYTES` bytes in all (counted while writing, not
-  taken from the zip's headers), no absolute names, no ``..``, no links;
+  and :data:`MAX_UNPACKED_BYTES` bytes in all, checked against the sizes
+  the zip's headers declare before anything is written (and against the
+  free disk space), and counted while writing (a member that holds more
+  than it declares is refused); no absolute names, no ``..``, no links;
   only regular files are written. Everything is unpacked into a temporary
   directory beside the destination, the model in it is handed to the
   caller's ``check`` (the hub knows no weight format: :mod:`spacy_elmo.loading`
   hands in one that loads either family), and only then is the directory
   moved into place.
 * An ELMoForManyLangs directory is told by its file names alone
-  (:data:`EFML_MARKERS`), as the format module
-  (:func:`spacy_elmo.bilm.formats.efml.is_model_dir`) tells it.
+  (:data:`EFML_MARKERS`), here only: the hub hands such a model on as its
+  directory (bilm-tf models as two files), and the loader reads a
+  directory with the format module (:mod:`spacy_elmo.bilm.formats.efml`).
 * ``SPACY_ELMO_NLPL_MIRROR`` (a URL, or a local directory, laid out like
   ``http://vectors.nlpl.eu/repository``: ``<base>/<version>/<id>.zip``)
   replaces the NLPL base URL, as ``SPACY_ELMO_MIRROR`` does for AllenNLP's.
 """
 import hashlib
 import os
+import re
 import shutil
 import stat
 import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 from .names import CACHE_ENV, ModelNotFoundError, cache_dir, check_cache, env_base_url, url_cache_path
 from .transport import Check, DownloadError, FetchFailure, cleanup, download_to_temp, locked, make_dirs
@@ -80,7 +84,8 @@ def efml_id(lang: str) -> int:
     key = lang.strip().lower()
     if key not in EFML_LANGUAGES:
         raise ModelNotFoundError(
-            f"no ELMoForManyLangs model for {lang!r}; languages: {', '.join(EFML_LANGUAGES)}"
+            f"no ELMoForManyLangs model for {lang if len(lang) <= 20 else lang[:20] + '...'!r}; "
+            f"languages: {', '.join(EFML_LANGUAGES)}"
         )
     return EFML_FIRST_ID + EFML_LANGUAGES.index(key)
 
@@ -100,12 +105,21 @@ def parse_name(value: str) -> Optional[Tuple[str, int]]:
     if scheme == "efml":
         return "11", efml_id(rest)
     if scheme == "nlpl":
-        version, _, ident = rest.rpartition("/")
-        if not ident.isdigit() or (version and not version.isdigit()):
-            raise ModelNotFoundError(f"{value!r}: write nlpl:<id> or nlpl:<version>/<id>, e.g. nlpl:136 or nlpl:20/210")
-        number = int(ident)
+        match = _NLPL_ID.fullmatch(rest.strip())
+        if match is None:
+            shown = repr(value if len(value) <= 40 else value[:40] + "...")
+            raise ModelNotFoundError(
+                f"{shown} is not an NLPL name: write nlpl:<id> or nlpl:<version>/<id> (digits 0-9, at most "
+                "6 each), e.g. nlpl:136 or nlpl:20/210"
+            )
+        version, number = match.group(1), int(match.group(2))
         return version or ("11" if number <= NLPL_V11_LAST_ID else "20"), number
     return None
+
+
+#: ``[<version>/]<id>``: ASCII digits only (``str.isdigit`` takes "²" and
+#: other scripts' digits), bounded.
+_NLPL_ID = re.compile(r"(?:([0-9]{1,6})/)?([0-9]{1,6})", re.ASCII)
 
 
 def name_url(version: str, number: int) -> str:
@@ -210,39 +224,87 @@ def _unpack_checked(archive: Path, dest: Path, check: Optional[Check]) -> None:
 
 def safe_unpack(archive: Path, target: Path) -> None:
     """Extract ``archive`` into ``target`` within the bounds (module docstring)."""
-    try:
-        zf = zipfile.ZipFile(archive)
-    except (zipfile.BadZipFile, OSError) as err:
-        raise UnsafeArchiveError(f"{archive} is not a zip file ({err})") from None
     root = target.resolve()
-    with zf:
-        members = zf.infolist()
-        if len(members) > MAX_MEMBERS:
-            raise UnsafeArchiveError(f"{archive} holds {len(members)} members, more than {MAX_MEMBERS}")
+    with _open_zip(archive) as zf:
+        members = zip_members(zf, archive)
+        declared = sum(info.file_size for info, _ in members)
+        free = shutil.disk_usage(root).free
+        if declared > free:
+            raise UnsafeArchiveError(
+                f"{archive} unpacks to {declared:,} bytes (the sizes its members declare), and {root.parent} has "
+                f"{free:,} bytes free; nothing was unpacked. Free disk space, or set {CACHE_ENV} to a larger disk"
+            )
         written = 0
-        for info in members:
-            name = info.filename
-            parts = PurePosixPath(name.replace("\\", "/")).parts
-            if name.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
-                raise UnsafeArchiveError(f"{archive}: member {name!r} would be written outside the directory")
-            mode = info.external_attr >> 16
-            if stat.S_ISLNK(mode):
-                raise UnsafeArchiveError(f"{archive}: member {name!r} is a link; links are not unpacked")
-            if info.is_dir():
-                continue
+        for info, parts in members:
             dest = (root / Path(*parts)).resolve()
             if root not in dest.parents:
-                raise UnsafeArchiveError(f"{archive}: member {name!r} would be written outside the directory")
+                raise UnsafeArchiveError(
+                    f"{archive}: member {info.filename!r:.200} would be written outside the directory"
+                )
             dest.parent.mkdir(parents=True, exist_ok=True)
+            member_written = 0
             with zf.open(info) as src, open(dest, "xb") as out:
                 while True:
                     chunk = src.read(1 << 20)
                     if not chunk:
                         break
                     written += len(chunk)
+                    member_written += len(chunk)
+                    if member_written > info.file_size:
+                        raise UnsafeArchiveError(
+                            f"{archive}: member {info.filename!r:.200} holds more than the {info.file_size:,} "
+                            "bytes it declares"
+                        )
                     if written > MAX_UNPACKED_BYTES:
                         raise UnsafeArchiveError(f"{archive} unpacks to more than {MAX_UNPACKED_BYTES:,} bytes")
                     out.write(chunk)
+
+
+def check_zip(archive: Path) -> None:
+    """Raise unless ``archive`` is a zip whose listing :func:`safe_unpack`
+    accepts (nothing is unpacked)."""
+    with _open_zip(archive) as zf:
+        zip_members(zf, archive)
+
+
+def _open_zip(archive: Path) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(archive)
+    except (zipfile.BadZipFile, OSError) as err:
+        raise UnsafeArchiveError(f"{archive} is not a zip file ({err})") from None
+
+
+def zip_members(zf: zipfile.ZipFile, archive: Path) -> List[Tuple[zipfile.ZipInfo, Tuple[str, ...]]]:
+    """The regular files of a zip with their path parts, every member
+    checked against the bounds first (count, names, links)."""
+    members = zf.infolist()
+    if len(members) > MAX_MEMBERS:
+        raise UnsafeArchiveError(f"{archive} holds {len(members)} members, more than {MAX_MEMBERS}")
+    files = []
+    seen = set()
+    for info in members:
+        name = info.filename
+        parts = PurePosixPath(name.replace("\\", "/")).parts
+        key = "/".join(parts).casefold()
+        if key in seen:
+            raise UnsafeArchiveError(
+                f"{archive} holds two members named {name!r:.200} (or names that differ only in case): which one "
+                "is the model's is not clear; rebuild the zip with one of each"
+            )
+        seen.add(key)
+        if name.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
+            raise UnsafeArchiveError(f"{archive}: member {name!r:.200} would be written outside the directory")
+        if stat.S_ISLNK(info.external_attr >> 16):
+            raise UnsafeArchiveError(f"{archive}: member {name!r:.200} is a link; links are not unpacked")
+        if not info.is_dir():
+            files.append((info, parts))
+    declared = sum(info.file_size for info, _ in files)
+    if declared > MAX_UNPACKED_BYTES:
+        raise UnsafeArchiveError(
+            f"{archive}: its members declare {declared:,} bytes unpacked, more than the {MAX_UNPACKED_BYTES:,} a model "
+            "zip may unpack to; nothing was unpacked"
+        )
+    return files
 
 
 # ------------------------------------------------------------ directories
@@ -285,4 +347,3 @@ def is_efml_dir(path: object) -> bool:
 
 def is_zip_path(value: object) -> bool:
     return isinstance(value, (str, Path)) and str(value).lower().endswith(".zip")
-

@@ -1,4 +1,5 @@
 """What the hub tells a user who gave no usable model, or who is offline."""
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -15,6 +16,30 @@ HOW_TO_GIVE_WEIGHTS = (
     "options = 'path/options.json' (bilm-tf/AllenNLP format). Or an http(s) URL "
     "of a weights file (with options = its options URL)."
 )
+
+
+@dataclass(frozen=True)
+class Wording:
+    """How an entry point names the two settings and what it advises: the
+    Python API says ``weights``/``options``, the command line ``--model``/``--options``.
+    The rules are the hub's; only the words in their messages change."""
+
+    weights: str = "weights"
+    options: str = "options"
+    advice: str = HOW_TO_GIVE_WEIGHTS
+
+    def options_without_weights(self) -> str:
+        return (
+            f"{self.options} given without {self.weights}: options belong to a weights file or URL, so give "
+            f"{self.weights} too (names, directories and zips come with their options: leave {self.options} out)"
+        )
+
+    def comes_with_options(self, what: str) -> str:
+        return f"{what} comes with its options: leave {self.options} out"
+
+
+#: The Python API's words (``weights``, ``options``, :data:`HOW_TO_GIVE_WEIGHTS`).
+PYTHON = Wording()
 
 
 def published_offline(

@@ -194,6 +194,36 @@ def check_cache(paths, folders=()) -> None:
                 )
 
 
+def cache_entry(path: PathLike) -> Optional[Path]:
+    """The cache entry that holds ``path`` (what to remove so that it is
+    downloaded again): a published model's folder, a URL's folder, an
+    unpacked zip's folder; None when ``path`` is not in the cache."""
+    root = cache_dir()
+    try:
+        parts = Path(path).relative_to(root).parts
+    except ValueError:
+        return None
+    depth = {"urls": 2, "zips": 2, "nlpl": 3}.get(parts[0] if parts else "", 1)
+    return root.joinpath(*parts[:depth]) if len(parts) >= depth else None
+
+
+def stale_hint(path: PathLike) -> str:
+    """For a file of the cache that does not load: where it is, the link
+    on its way if any (an entry put there by hand that points elsewhere),
+    and how to clear it; ``""`` outside the cache."""
+    entry = cache_entry(path)
+    if entry is None:
+        return ""
+    on_the_way = [p for p in [Path(path), *Path(path).parents] if p == entry or entry in p.parents]
+    link = next((p for p in on_the_way if p.is_symlink()), None)
+    pointing = f", through {link}, a link to {os.readlink(link)}" if link is not None else ""
+    remove = f"rm -r {entry}" if entry.is_dir() and not entry.is_symlink() else f"rm {entry}"
+    return (
+        f"{path} is in the cache{pointing}; if that entry is stale or damaged, remove it ({remove}) "
+        "and it is downloaded again on the next use"
+    )
+
+
 def is_url(value: object) -> bool:
     return isinstance(value, str) and value.lower().startswith(URL_PREFIXES)
 
@@ -228,7 +258,10 @@ def download(
     check_cache([weights_path, options_path])
     return fetch_files(
         [(weights_url, weights_path), (options_url, options_path)],
-        check=check, check_options=check_options, progress=progress, offline=offline,
+        check=check,
+        check_options=check_options,
+        progress=progress,
+        offline=offline,
         max_bytes=PUBLISHED_WEIGHTS_MAX_BYTES[key],
     )
 

@@ -35,6 +35,9 @@ Bounds (docs/reliability.md has the table):
 - **order**: the options are fetched and checked (``check_options``) before
   the weights are requested; what the options check returns bounds the
   weights' size.
+- **web pages**: a response that is HTML (by its ``Content-Type``, or by
+  its first bytes) is refused: none of the files is a web page, and a
+  captive portal or an error page answers with one (status 200).
 - **URLs**: http, https and file only. ``file://`` is read with the same
   limits and must name a regular file (not ``/dev/zero``, a FIFO or a
   directory): a local mirror (``SPACY_ELMO_MIRROR`` = a directory) goes
@@ -277,6 +280,7 @@ def download_to_temp(
                         f"the server announces {expected:,} bytes (Content-Length), more than the {limit:,} "
                         "this file may take; refused before reading it", url
                     )
+                _refuse_web_page(response.headers.get("Content-Type"), url)
                 _check_free_space(dest.parent, expected if expected is not None else limit, expected is not None, url)
                 with tqdm(
                     total=expected, unit="B", unit_scale=True, unit_divisor=1024,
@@ -288,6 +292,8 @@ def download_to_temp(
                         chunk = response.read1(min(_CHUNK, limit + 1 - received))
                         if not chunk:
                             break
+                        if received == 0:
+                            _refuse_web_page(None, url, chunk)
                         out.write(chunk)
                         received += len(chunk)
                         bar.update(len(chunk))
@@ -330,6 +336,26 @@ class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         check_url(urllib.parse.urljoin(req.full_url, newurl))
         return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_WEB_PAGE = re.compile(
+    rb"^(\xef\xbb\xbf)?\s*(<!doctype\s+html|<html|<head|<\?xml[^>]*>\s*<!doctype\s+html)", re.IGNORECASE
+)
+
+
+def _refuse_web_page(content_type: Optional[str], url: str, first: bytes = b"") -> None:
+    """No file this hub fetches (hdf5, JSON, zip) is a web page: a server
+    that answers with HTML (a captive portal's login page, a proxy's or a
+    mirror's error page, with status 200) is refused, by its
+    ``Content-Type`` or by the page's first bytes."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    if media in ("text/html", "application/xhtml+xml") or _WEB_PAGE.match(first[:512]):
+        shown = f"Content-Type {media}" if media in ("text/html", "application/xhtml+xml") else "an HTML page"
+        raise FetchFailure(
+            f"the server answered with a web page ({shown}), not the file: a login page of a captive portal or "
+            "proxy, or an error page of the mirror; check the URL and the network (open it in a browser)",
+            url,
+        )
 
 
 def _check_free_space(folder: Path, needed: int, announced: bool, url: str) -> None:

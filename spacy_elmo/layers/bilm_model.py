@@ -76,7 +76,6 @@ def ElmoBiLM(
         attrs={
             "span_getter": span_getter or configure_sent_or_strided_spans(),
             "batch_size": batch_size,
-            "threads": threads,
             "thread_policy": make_policy(threads),
             # Used by nlp.replace_listeners (see .listener).
             "replace_listener_cfg": replace_listener_cfg,

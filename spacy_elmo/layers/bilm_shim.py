@@ -12,17 +12,15 @@ The shim also holds the inference settings the config gives
 are applied to every biLM it gets, once, and they are not part of the
 saved bytes (the pipeline's config holds them).
 
-The saved bytes carry a SHA-256 of the options and the weights
-(:func:`bilm_checksum`), checked when they are read back, after the
+The saved bytes carry a SHA-256 of the options and the weights (and an
+ELMoForManyLangs biLM's vocabularies; :func:`bilm_checksum`), checked when
+they are read back, after the
 options are validated and before the weights are read: an edit that keeps
-every shape valid (flipped float bytes, a changed clip value) is refused.
-Bytes saved without one (before checksums were written) load with a
-warning.
+every shape valid (flipped float bytes, a changed clip value) is refused, and so are bytes without one.
 """
 import hashlib
 import io
 import json
-import warnings
 from typing import Any, Dict, Optional
 
 import srsly
@@ -54,32 +52,44 @@ def _serialize_bilm(module: Optional[torch.nn.Module]) -> bytes:
     if not isinstance(module, BiLM):
         return b""
     if module.vocabulary is not None:  # ELMoForManyLangs: its own tensors and vocabularies
-        return srsly.msgpack_dumps({"options": module.options.to_dict(), **efml.to_fields(module)})
-    buffer = io.BytesIO()
-    save_hdf5(module, buffer)
-    options, weights = module.options.to_dict(), buffer.getvalue()
-    return srsly.msgpack_dumps({"options": options, "weights": weights, "sha256": bilm_checksum(options, weights)})
+        fields = {"options": module.options.to_dict(), **efml.to_fields(module)}
+    else:
+        buffer = io.BytesIO()
+        save_hdf5(module, buffer)
+        fields = {"options": module.options.to_dict(), "weights": buffer.getvalue()}
+    fields["sha256"] = bilm_checksum(fields["options"], fields["weights"], fields.get("vocabulary"))
+    return srsly.msgpack_dumps(fields)
 
 
-def bilm_checksum(options: Dict[str, Any], weights: bytes) -> str:
+def bilm_checksum(options: Dict[str, Any], weights: bytes, vocabulary: Optional[Dict[str, Any]] = None) -> str:
     """SHA-256 over what a saved biLM holds: its options (canonical JSON:
-    sorted keys, no spaces), a zero byte, and its hdf5 weight bytes."""
-    digest = hashlib.sha256(json.dumps(options, sort_keys=True, separators=(",", ":")).encode("utf-8"))
+    sorted keys, no spaces), a zero byte, and its hdf5 weight bytes; for an
+    ELMoForManyLangs biLM, then a zero byte and its vocabularies (canonical
+    JSON)."""
+    digest = hashlib.sha256(_canonical(options))
     digest.update(b"\0")
     digest.update(weights)
+    if vocabulary is not None:
+        digest.update(b"\0")
+        digest.update(_canonical(vocabulary))
     return digest.hexdigest()
 
 
+def _canonical(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
 def _check_checksum(msg: Dict[str, Any], where: str) -> None:
-    """The saved SHA-256 must match the options and weights saved with it;
-    none saved: a warning (re-saving adds one)."""
+    """The saved SHA-256 must match the options, weights (and
+    vocabularies) saved with it."""
     saved = msg.get("sha256")
-    if saved is None:
-        warnings.warn(f"{where} carries no checksum (saved by an older spacy_elmo); re-save it to add one")
-        return
+    if not isinstance(saved, str):
+        raise WeightFileError(
+            f"{where} carries no SHA-256 checksum of its weights and options (field 'sha256'); {RESAVE}"
+        )
     try:
-        actual = bilm_checksum(msg["options"], msg["weights"])
-    except (TypeError, ValueError) as err:  # options that are not JSON (crafted)
+        actual = bilm_checksum(msg["options"], msg["weights"], msg.get("vocabulary"))
+    except (TypeError, ValueError) as err:  # fields that are not JSON (crafted)
         raise WeightFileError(f"{where}: its options cannot be checksummed ({err}); {RESAVE}") from None
     if saved != actual:
         raise WeightFileError(
@@ -107,9 +117,8 @@ def read_saved_bilm(data: bytes) -> BiLM:
     count) and the weights read and shape-checked, all before the model is
     allocated; anything wrong is an :class:`OptionsError` or a
     :class:`WeightFileError` (msgpack and hdf5 only: nothing is unpickled);
-    the checksum is checked before the weights are read. Fields of older
-    saves (``precision``, ``token_cache_size``) are ignored: the config
-    holds them."""
+    the checksum is checked before the weights are read. The inference
+    settings are not part of the bytes: the config holds them."""
     where = "the elmo component's saved biLM"
     msg = msgpack_map(data, where, WeightFileError)
     if not isinstance(msg.get("options"), dict):
@@ -119,14 +128,14 @@ def read_saved_bilm(data: bytes) -> BiLM:
         options = BiLMOptions.from_dict(msg["options"])
     except OptionsError as err:
         raise OptionsError(f"{where}: {err}; {RESAVE}", err.fields) from None
+    if not isinstance(msg.get("weights"), bytes):
+        raise WeightFileError(f"{where} holds no weights (field 'weights' is missing or not bytes); {RESAVE}")
+    _check_checksum(msg, where)
     if options.family != FAMILY_BILM_TF:
         try:
             return efml.from_fields(options, msg, where)
         except efml.EfmlFormatError as err:
             raise WeightFileError(f"{err}; {RESAVE}") from None
-    if not isinstance(msg.get("weights"), bytes):
-        raise WeightFileError(f"{where} holds no weights (field 'weights' is missing or not bytes); {RESAVE}")
-    _check_checksum(msg, where)
     return BiLM.from_datasets(options, read_datasets(io.BytesIO(msg["weights"]), options))
 
 

@@ -3,7 +3,10 @@ unpickling, and the checks that a resume continues the same run.
 
 A checkpoint (``OUTPUT/checkpoints/last.pt``) is a dict of tensors and
 plain values (format :data:`CHECKPOINT_FORMAT`), so it loads with
-``torch.load(weights_only=True)``. The one before it is kept beside it as
+``torch.load(weights_only=True)``. It carries a SHA-256 of everything else
+it holds (:func:`state_digest`), checked on every load: a checkpoint
+changed in place (bytes flipped inside a tensor, which ``torch.load`` reads
+without complaint) is refused instead of being trained on or exported. The one before it is kept beside it as
 ``prev.pt`` (:func:`save_keeping_previous`), so that a damaged ``last.pt``
 costs one checkpoint interval, not the run; ``--resume`` falls back to it
 and says so (:func:`load_resume_checkpoint`). The choice costs disk: two
@@ -11,6 +14,7 @@ checkpoints, and a third while one is written. Runs in progress are resumed with
 code: what it holds and how it is read must not change without a new
 format name.
 """
+import hashlib
 import logging
 import os
 import zipfile
@@ -27,7 +31,11 @@ from .vocab import Vocab
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_FORMAT = "spacy_elmo.pretrain.checkpoint/1"
+#: /2: /1 with the digest (:data:`DIGEST`). /1 checkpoints (of runs started
+#: before digests) still load, with a warning that nothing checks them.
+CHECKPOINT_FORMAT = "spacy_elmo.pretrain.checkpoint/2"
+FORMAT_WITHOUT_DIGEST = "spacy_elmo.pretrain.checkpoint/1"
+DIGEST = "sha256"
 
 
 LAST, PREVIOUS = "last.pt", "prev.pt"
@@ -44,13 +52,43 @@ def make_checkpoint(
 ) -> Dict[str, Any]:
     """The checkpoint of ``step``; ``rng``: every rank's :func:`rng_state`."""
     epoch, k = divmod(step, steps_per_epoch)
-    return {
+    state = {
         "format": CHECKPOINT_FORMAT, "step": step, "epoch": epoch, "batch_in_epoch": k * world_size,
         "tokens_seen": tokens_seen, "world_size": world_size, "config": config.to_dict(),
         "options": options.to_dict(), "vocab": list(vocab.words), "corpus_sha256": corpus_sha256,
         "model": model.state_dict(), "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(), "rng": rng,
     }
+    state[DIGEST] = state_digest(state)
+    return state
+
+
+def state_digest(state: Dict[str, Any]) -> str:
+    """SHA-256 over a checkpoint's contents but its digest: every tensor's
+    dtype, shape and bytes and every plain value, walked in a fixed order
+    (map keys sorted), so the same contents give the same digest before
+    ``torch.save`` and after ``torch.load``."""
+    digest = hashlib.sha256()
+    _feed(digest, {key: value for key, value in state.items() if key != DIGEST})
+    return digest.hexdigest()
+
+
+def _feed(digest: "hashlib._Hash", value: Any) -> None:
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu().contiguous()
+        digest.update(f"T{tensor.dtype}{tuple(tensor.shape)};".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().data)
+    elif isinstance(value, dict):
+        digest.update(f"D{len(value)};".encode())
+        for key in sorted(value, key=lambda k: (type(k).__name__, str(k))):
+            _feed(digest, key)
+            _feed(digest, value[key])
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"{'L' if isinstance(value, list) else 'U'}{len(value)};".encode())
+        for item in value:
+            _feed(digest, item)
+    else:  # str, int, float, bool, None
+        digest.update(f"{type(value).__name__}:{value!r};".encode())
 
 
 def restore(
@@ -151,8 +189,18 @@ def load_checkpoint(path: Path) -> Dict[str, Any]:
             f"cannot load the checkpoint {path} (loaded with weights_only=True, so no pickled code runs): {reason}. "
             f"{_earlier_checkpoints(path)}"
         ) from None
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+    if not isinstance(state, dict) or state.get("format") not in (CHECKPOINT_FORMAT, FORMAT_WITHOUT_DIGEST):
         raise PretrainError(f"{path} is not a spacy_elmo pretraining checkpoint")
+    if state["format"] == FORMAT_WITHOUT_DIGEST:
+        logger.warning("%s carries no digest (format %s): its contents are not checked", path, FORMAT_WITHOUT_DIGEST)
+        return state
+    saved = state.get(DIGEST)
+    if not isinstance(saved, str) or saved != state_digest(state):
+        found = "carry no digest" if not isinstance(saved, str) else "do not match the SHA-256 saved in it"
+        raise PretrainError(
+            f"the checkpoint {path} is damaged: its contents {found} (changed in place after it was written). "
+            f"{_earlier_checkpoints(path)}"
+        )
     return state
 
 

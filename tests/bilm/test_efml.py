@@ -113,8 +113,30 @@ def test_bad_dic_lines_are_named(tmp_path):
     with pytest.raises(EfmlFormatError, match=r"word.dic, line 2: expected 'token<TAB>id'"):
         efml.read_dic(path)
     path.write_text("a\tzero\n", encoding="utf-8")
-    with pytest.raises(EfmlFormatError, match="line 1: the id 'zero' is not an integer"):
+    with pytest.raises(EfmlFormatError, match="line 1: the id 'zero' is not a non-negative integer"):
         efml.read_dic(path)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"\xef\xbb\xbf<oov>\t0\n<pad>\t1\n", "starts with a byte-order mark"),
+        (b"<oov>\t0\nx\t" + b"9" * (1 << 20) + b"\n", "line 2: 1,048,578 characters, more than the 4,096"),
+        (b"<oov>\t0\n" + b"x" * (1 << 20) + b"\t5\n", "line 2: 1,048,578 characters, more than the 4,096"),
+        (b"<oov>\t0\nx\t" + b"9" * 4000 + b"\n", r"the id '99999999999999999999\.\.\.' is not a non-negative integer"),
+        (b"<oov>\t0\nx\t\xd9\xa3\n", "is not a non-negative integer"),
+    ],
+    ids=["bom", "long-id-line", "long-token-line", "huge-id", "arabic-digit"],
+)
+def test_hostile_dic_files_get_a_bounded_clear_message(tmp_path, content, message):
+    """A byte-order mark, a line of a megabyte, an id of thousands of digits
+    or of another script's digits: the package's own message, naming the
+    file and the line, at most a few hundred characters long."""
+    path = tmp_path / "char.dic"
+    path.write_bytes(content)
+    with pytest.raises(EfmlFormatError, match=message) as info:
+        efml.read_dic(path)
+    assert str(path) in str(info.value) and len(str(info.value)) < 400
 
 
 def test_large_word_ids_give_distinct_cache_keys():
@@ -229,6 +251,38 @@ def test_pipeline_by_path_saved_and_loaded_without_the_directory(tmp_path, sente
     loaded = spacy.load(tmp_path / "pipeline")
     again = loaded(spacy.tokens.Doc(loaded.vocab, words=words))
     numpy.testing.assert_array_equal(numpy.asarray(again._.elmo.layers), numpy.asarray(doc._.elmo.layers))
+
+
+def _flip_weights(state):
+    weights = bytearray(state["weights"])
+    for i in range(len(weights) // 2, len(weights) // 2 + 64):
+        weights[i] ^= 0x55
+    state["weights"] = bytes(weights)
+
+
+def _swap_two_words(state):
+    words = state["vocabulary"]["words"]
+    words[3][1], words[4][1] = words[4][1], words[3][1]
+
+
+@pytest.mark.parametrize("edit", [_flip_weights, _swap_two_words, lambda state: state.pop("sha256")],
+                         ids=["flipped-weights", "swapped-word-ids", "no-checksum"])
+def test_a_saved_efml_biLM_changed_after_saving_is_refused(tmp_path, edit):
+    """Flipped weight bytes or an edited vocabulary keep every shape valid:
+    the SHA-256 saved with an ELMoForManyLangs biLM refuses them, as it does
+    for bilm-tf ones."""
+    from spacy_elmo import WeightFileError
+    from tests.helpers.models import rewrite_saved_bilm
+
+    nlp = spacy.blank("xx")
+    nlp.add_pipe("elmo", config={"weights": str(EFML / "with_words")})
+    nlp.initialize()
+    nlp.to_disk(tmp_path / "pipeline")
+    spacy.load(tmp_path / "pipeline")  # as saved: loads
+    rewrite_saved_bilm(tmp_path / "pipeline" / "elmo" / "model", edit)
+    with pytest.raises(WeightFileError, match="SHA-256 checksum") as info:
+        spacy.load(tmp_path / "pipeline")
+    assert str(tmp_path / "pipeline" / "elmo" / "model") in str(info.value)
 
 
 def test_initialize_block_takes_the_directory(tmp_path, sentences, reference):

@@ -82,8 +82,23 @@ def test_every_spelling_of_the_model_gives_the_same_output(parity_paths):
     assert old.exit_code == 0 and old.stdout == by_dir.stdout
     assert "positional WEIGHTS is deprecated: use --model" in old.stderr
     bad_input(invoke("embed", str(PARITY), *MODEL, input=TEXT), "give --model only")
-    bad_input(invoke("embed", "--options", parity_paths[1], input=TEXT), "--options needs --model")
-    bad_input(invoke("embed", "--model", "smal", input=TEXT), "'smal' is neither a model name")
+    bad_input(invoke("embed", "--options", parity_paths[1], input=TEXT), "--options given without --model")
+    bad_input(invoke("embed", "--model", "smal", input=TEXT), "--model 'smal' is neither a model name")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["embed"], ["senses"], ["neighbours", "a bank", "--word", "bank", "--corpus", str(PARITY / "README.md")]],
+)
+@pytest.mark.parametrize("model", ["{tmp}/nope", "smal", "{tmp}/text.txt", "{tmp}/dir"])
+def test_model_errors_speak_the_command_line(tmp_path, command, model):
+    """A --model that cannot be used is named as --model, with the command
+    line's forms (NAME|DIR|FILE|URL), not the Python API's advice."""
+    (tmp_path / "text.txt").write_text("not weights\n", encoding="utf-8")
+    (tmp_path / "dir").mkdir()
+    result = invoke(*command, "--model", model.replace("{tmp}", str(tmp_path)), input="a b\n")
+    bad_input(result, "--model NAME|DIR|FILE|URL")
+    assert "add_pipe" not in result.stderr and "config" not in result.stderr and "from_pretrained" not in result.stderr
 
 
 def test_default_model_is_the_shipped_one():
@@ -153,10 +168,13 @@ def test_progress_goes_to_stderr_and_is_switched_off(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the bank of the river\nthe bank raised rates\n", encoding="utf-8")
     data = tmp_path / "senses.jsonl"
-    data.write_text("".join(
-        json.dumps({"word": "bank", "sense": s, "tokens": f"the bank {w}", "index": 1}) + "\n"
-        for s, w in [("river", "shore"), ("river", "water"), ("money", "loan"), ("money", "rates")]
-    ), encoding="utf-8")
+    data.write_text(
+        "".join(
+            json.dumps({"word": "bank", "sense": s, "tokens": f"the bank {w}", "index": 1}) + "\n"
+            for s, w in [("river", "shore"), ("river", "water"), ("money", "loan"), ("money", "rates")]
+        ),
+        encoding="utf-8",
+    )
     runs = [
         ("embedding", ["embed", *MODEL, "--whitespace"]),
         ("embedding", ["neighbours", "the bank", "--word", "bank", "--corpus", corpus, *MODEL, "--whitespace"]),
@@ -251,8 +269,12 @@ def test_embed_failure_leaves_no_output_file(tmp_path, monkeypatch):
 def test_batch_size_zero_is_refused_by_name(tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_text("a bank\n", encoding="utf-8")
-    for args in (["embed", *MODEL], ["neighbours", "a bank", "--word", "bank", "--corpus", corpus, *MODEL],
-                 ["senses", *MODEL], ["perplexity", corpus]):
+    for args in (
+        ["embed", *MODEL],
+        ["neighbours", "a bank", "--word", "bank", "--corpus", corpus, *MODEL],
+        ["senses", *MODEL],
+        ["perplexity", corpus],
+    ):
         result = invoke(*args, "--batch-size", "0", input=TEXT)
         assert result.exit_code == 2 and "Traceback" not in result.output
         assert "--batch-size" in result.stderr and "greater than or equal to 1" in result.stderr
@@ -269,8 +291,7 @@ def test_neighbours_corpus_errors(tmp_path):
     good.write_text("the bank\n", encoding="utf-8")
     bad_input(invoke(*query, "--corpus", good, "--layer", "7"), "--layer must be 'mix' or in 0..2, found 7")
     bad_input(invoke(*query, "--corpus", good, "--word", "river"), "--word 'river' is not a token of the query")
-    old = invoke(*query, "--corpus", good, "--weights", str(PARITY))
-    bad_input(old, "give --model only")
+    bad_input(invoke(*query, "--corpus", good, "--weights", str(PARITY)), "No such option: --weights")
 
 
 def test_senses_data_errors(tmp_path):
@@ -287,16 +308,17 @@ def test_senses_data_errors(tmp_path):
     bad_input(invoke("senses", "--data", data, *MODEL), f"{data}: not UTF-8")
 
 
-def test_senses_takes_the_old_weights_spelling(tmp_path):
+def test_senses_and_neighbours_have_one_spelling_of_the_model(tmp_path):
     data = tmp_path / "senses.jsonl"
-    data.write_text("".join(
-        json.dumps({"word": "bank", "sense": s, "tokens": f"the bank {w}", "index": 1}) + "\n"
-        for s, w in [("river", "shore"), ("river", "water"), ("money", "loan"), ("money", "rates")]
-    ), encoding="utf-8")
-    new = invoke("senses", "--data", data, *MODEL)
-    old = invoke("senses", "--data", data, "--weights", str(PARITY))
-    assert new.exit_code == old.exit_code == 0, old.output
-    assert new.stdout == old.stdout and "--weights is deprecated: use --model" in old.stderr
+    data.write_text(
+        "".join(
+            json.dumps({"word": "bank", "sense": s, "tokens": f"the bank {w}", "index": 1}) + "\n"
+            for s, w in [("river", "shore"), ("river", "water"), ("money", "loan"), ("money", "rates")]
+        ),
+        encoding="utf-8",
+    )
+    assert invoke("senses", "--data", data, *MODEL).exit_code == 0
+    bad_input(invoke("senses", "--data", data, "--weights", str(PARITY)), "No such option: --weights")
 
 
 @pytest.mark.parametrize("damage", ["binary", "not json", "no loss"])

@@ -1,4 +1,6 @@
 """Small models and toy data shared by the tests."""
+import json
+import zipfile
 from pathlib import Path
 
 import srsly
@@ -46,6 +48,36 @@ def random_model(seed=0, **changes):
             p.uniform_(-0.5, 0.5)
         model.token_encoder.char_embedding.weight[0].zero_()
     return model
+
+
+def zip_dir(folder: Path, archive: Path, prefix: str = "") -> Path:
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(archive, "w") as zf:
+        for path in sorted(folder.iterdir()):
+            zf.write(path, prefix + path.name)
+    return archive
+
+
+def nlpl_bilm_tf_dir(tmp_path) -> tuple:
+    """A tiny bilm-tf model laid out as NLPL zips are: model.hdf5,
+    options.json with n_characters 261, vocab.txt, meta.json."""
+    torch.manual_seed(3)
+    from spacy_elmo import BiLM
+
+    model = BiLM(small_options())
+    with torch.no_grad():
+        for p in model.parameters():
+            p.uniform_(-0.3, 0.3)
+        model.token_encoder.char_embedding.weight[0].zero_()
+    folder = tmp_path / "nlpl_model"
+    folder.mkdir(parents=True)
+    model.to_hdf5(folder / "model.hdf5", folder / "options.json")
+    options = json.loads((folder / "options.json").read_text())
+    options["char_cnn"]["n_characters"] = 261
+    (folder / "options.json").write_text(json.dumps(options))
+    (folder / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nthe\n")
+    (folder / "meta.json").write_text(json.dumps({"id": 210, "algorithm": {"name": "ELMo"}}))
+    return folder, model
 
 
 #: Toy training data of spaCy's overfitting tests (tagger, NER, textcat).

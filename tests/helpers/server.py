@@ -10,7 +10,8 @@ SERVER_LIFETIME_S = 180  # the server stops by itself after this, whatever happe
 class _Handler(BaseHTTPRequestHandler):
     """GET <prefix>/<path under the served root>. Prefixes: /bucket (plain),
     /truncated (announces the full length, sends half), /slow (sends in
-    small pieces with pauses, after the server's ``gate``, if set, opens)."""
+    small pieces with pauses, after the server's ``gate``, if set, opens), /portal (a login page for any
+    path, with status 200: typed text/html under /portal/typed, else untyped)."""
 
     def do_GET(self):  # noqa: N802
         server = self.server
@@ -18,6 +19,18 @@ class _Handler(BaseHTTPRequestHandler):
         path = server.root / rest
         with server.lock:
             server.requests.append(self.path)
+        if mode == "portal":  # a captive portal: a login page, status 200, for any path
+            page = (
+                b"<!DOCTYPE html>\n<html><head><title>Sign in</title></head><body>Log in to the Wi-Fi</body></html>\n"
+            )
+            self.send_response(200)
+            self.send_header(
+                "Content-Type", "text/html; charset=utf-8" if "typed" in rest else "application/octet-stream"
+            )
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+            return
         if mode not in ("bucket", "truncated", "slow") or not path.is_file():
             self.send_error(404)
             return

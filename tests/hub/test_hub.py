@@ -449,3 +449,39 @@ def test_cli_download_and_embed(server, shipped, cache, monkeypatch, tmp_path):
         assert result.output == default.output
     result = runner.invoke(app, ["embed", "--model", "smal"], input=text)
     assert result.exit_code == 2 and "neither a model name" in result.output
+
+
+@pytest.mark.parametrize("portal", ["portal", "portal/typed"])
+@pytest.mark.parametrize("name", ["small", "efml:de"])
+def test_a_mirror_answering_a_web_page_is_refused_everywhere(server, cache, monkeypatch, portal, name):
+    """A captive portal answers every URL with a login page (status 200,
+    typed text/html or not): the command line's download refuses it as the
+    Python API does (exit 2, one error line), and nothing is cached."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+    from spacy_elmo.hub import families
+
+    monkeypatch.setenv(hub.MIRROR_ENV, f"{server.url}/{portal}")
+    monkeypatch.setenv(families.NLPL_MIRROR_ENV, f"{server.url}/{portal}")
+    result = CliRunner().invoke(app, ["download", name, "--no-progress"])
+    assert result.exit_code == 2, result.output
+    assert "the server answered with a web page" in result.stderr and "Nothing was cached" in result.stderr
+    with pytest.raises(DownloadError, match="answered with a web page"):
+        BiLM.from_pretrained(name, progress=False)
+    assert [p for p in files_in(cache) if not p.endswith(".lock")] == []
+
+
+def test_a_stale_cache_entry_that_points_elsewhere_says_how_to_clear_it(cache, tmp_path):
+    """A published model put in the cache by hand as links, the weights'
+    link now pointing at other weights: the error says where the entry is,
+    that it is a link and to what, and how to clear it."""
+    weights, options = hub.published_cache_paths("small")
+    weights.parent.mkdir(parents=True)
+    options.write_bytes((PARITY / "options.json").read_bytes())
+    weights.symlink_to(ALLENNLP / "lm_weights.hdf5")  # other weights, options that do not fit them
+    with pytest.raises(ValueError) as info:
+        BiLM.from_pretrained("small", progress=False)
+    message = str(info.value)
+    assert f"{weights} is in the cache, through {weights}, a link to {ALLENNLP / 'lm_weights.hdf5'}" in message
+    assert f"remove it (rm -r {weights.parent}) and it is downloaded again" in message

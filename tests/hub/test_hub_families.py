@@ -4,50 +4,19 @@ import json
 import shutil
 import stat
 import zipfile
-from pathlib import Path
 
 import numpy
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from spacy_elmo import BiLM, hub
-from spacy_elmo.bilm.options import BiLMOptions
 from spacy_elmo.hub import families as hub_families
 from spacy_elmo.hub.families import UnsafeArchiveError
-from tests.helpers.models import small_options
+from tests.helpers.models import nlpl_bilm_tf_dir, zip_dir
 from tests.helpers.paths import FIXTURES
 from tests.helpers.server import Server
 
 EFML = FIXTURES / "efml"
-
-
-def zip_dir(folder: Path, archive: Path, prefix: str = "") -> Path:
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(archive, "w") as zf:
-        for path in sorted(folder.iterdir()):
-            zf.write(path, prefix + path.name)
-    return archive
-
-
-def nlpl_bilm_tf_dir(tmp_path) -> tuple:
-    """A tiny bilm-tf model laid out as NLPL zips are: model.hdf5,
-    options.json with n_characters 261, vocab.txt, meta.json."""
-    torch.manual_seed(3)
-    model = BiLM(BiLMOptions.from_dict(small_options()))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.uniform_(-0.3, 0.3)
-        model.token_encoder.char_embedding.weight[0].zero_()
-    folder = tmp_path / "nlpl_model"
-    folder.mkdir(parents=True)
-    model.to_hdf5(folder / "model.hdf5", folder / "options.json")
-    options = json.loads((folder / "options.json").read_text())
-    options["char_cnn"]["n_characters"] = 261
-    (folder / "options.json").write_text(json.dumps(options))
-    (folder / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nthe\n")
-    (folder / "meta.json").write_text(json.dumps({"id": 210, "algorithm": {"name": "ELMo"}}))
-    return folder, model
 
 
 @pytest.fixture
@@ -195,7 +164,7 @@ def test_unpacking_refuses_escapes_links_and_oversize(tmp_path, monkeypatch):
     with pytest.raises(UnsafeArchiveError, match="holds 3 members, more than 2"):
         hub_families.safe_unpack(_zip_with(tmp_path, [(f"f{i}", b"x") for i in range(3)]), tmp_path / "t3")
     monkeypatch.setattr(hub_families, "MAX_UNPACKED_BYTES", 1000)
-    with pytest.raises(UnsafeArchiveError, match="unpacks to more than 1,000 bytes"):
+    with pytest.raises(UnsafeArchiveError, match="declare 5,000 bytes unpacked, more than the 1,000"):
         hub_families.safe_unpack(_zip_with(tmp_path, [("big", b"\0" * 5000)]), tmp_path / "t4")
     assert not (tmp_path / "x.txt").exists()
 
@@ -228,3 +197,88 @@ def test_zip_downloads_check_the_cache_first(nlpl_server, cache, tmp_path, monke
     with pytest.raises(hub.CacheError, match="is a file, not a directory"):
         BiLM.from_pretrained("efml:de", progress=False)
     assert nlpl_server.requests == []
+
+
+def test_declared_sizes_and_free_space_are_checked_before_unpacking(tmp_path, monkeypatch):
+    """A zip bomb's headers tell its size: refused before a byte is written,
+    by the bound and by the free disk space; a member that holds more than
+    it declares is refused while writing."""
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("zeros", b"\0" * 5_000_000)
+    assert bomb.stat().st_size < 100_000
+    monkeypatch.setattr(hub_families, "MAX_UNPACKED_BYTES", 1_000_000)
+    with pytest.raises(UnsafeArchiveError, match="declare 5,000,000 bytes unpacked, more than the 1,000,000"):
+        hub_families.safe_unpack(bomb, tmp_path / "t1")
+    with pytest.raises(UnsafeArchiveError, match="declare 5,000,000 bytes"):
+        hub_families.check_zip(bomb)
+    assert not (tmp_path / "t1" / "zeros").exists()
+    monkeypatch.setattr(hub_families, "MAX_UNPACKED_BYTES", 8 << 30)
+    real = shutil.disk_usage
+
+    def little_room(path):
+        return real(path)._replace(free=1_000_000)
+
+    monkeypatch.setattr(shutil, "disk_usage", little_room)
+    (tmp_path / "t2").mkdir()
+    message = "unpacks to 5,000,000 bytes .* 1,000,000 bytes free; nothing was unpacked"
+    with pytest.raises(UnsafeArchiveError, match=message):
+        hub_families.safe_unpack(bomb, tmp_path / "t2")
+    assert list((tmp_path / "t2").iterdir()) == []
+
+
+def test_a_zip_bomb_by_url_is_refused_before_unpacking(nlpl_server, cache, monkeypatch, tmp_path):
+    """The way efml:/nlpl: names arrive: the download fits, the declared
+    unpacked size does not fit the disk; one error, nothing cached."""
+    root = nlpl_server.httpd.root
+    with zipfile.ZipFile(root / "11" / "160.zip", "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("config.json", "{}")
+        zf.writestr("encoder.pkl", b"\0" * 20_000_000)
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real(path)._replace(free=5_000_000))
+    with pytest.raises(
+        hub.DownloadError, match=r"unpacks to 20,000,002 bytes .*5,000,000 bytes free.*Nothing was cached"
+    ):
+        BiLM.from_pretrained("efml:ja", progress=False)
+    left = [p.name for p in (cache / "nlpl" / "11").iterdir()] if (cache / "nlpl" / "11").exists() else []
+    assert [name for name in left if not name.endswith(".lock")] == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "nlpl:\u00b2",
+        "nlpl:\u0663",
+        "nlpl:1/2/3",
+        "nlpl:-1",
+        "nlpl:1234567",
+        "nlpl:" + "9" * 100_000,
+        "efml:" + "x" * 100_000,
+    ],
+)
+def test_odd_nlpl_ids_get_a_bounded_clear_message(name, cache):
+    with pytest.raises(hub.ModelNotFoundError, match="is not an NLPL name|no ELMoForManyLangs model") as info:
+        hub.resolve(name, progress=False)
+    assert len(str(info.value)) < 600
+
+
+def test_a_zip_with_two_members_of_one_name_is_refused(tmp_path, cache):
+    """Which config.json is the model's? Refused by name, before anything
+    is unpacked (also at add_pipe, which reads only the listing)."""
+    import warnings
+
+    import spacy
+
+    archive = tmp_path / "model.zip"
+    with zipfile.ZipFile(archive, "w") as zf, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns about the duplicate it writes
+        for path in sorted((EFML / "with_words").iterdir()):
+            zf.write(path, path.name)
+        zf.writestr("CONFIG.json", "{}")
+    with pytest.raises(UnsafeArchiveError, match="holds two members named 'CONFIG.json'.*differ only in case"):
+        BiLM.from_pretrained(str(archive))
+    with pytest.raises(UnsafeArchiveError, match="holds two members named"):
+        spacy.blank("en").add_pipe("elmo", config={"weights": str(archive)})
+    assert (
+        not (cache / "zips").exists() or [p for p in (cache / "zips").iterdir() if not p.name.endswith(".lock")] == []
+    )

@@ -64,3 +64,58 @@ def test_resume_names_both_checkpoints_when_neither_loads(tmp_path):
         PretrainError, match=r"(?s)checkpoint not found: .*last\.pt\nThe previous checkpoint cannot be used either"
     ):
         load_resume_checkpoint(tmp_path)
+
+
+def _flip_inside_the_largest_tensor(path):
+    """Change bytes of a tensor's data in place (the archive keeps its
+    length and layout; torch.load reads it without complaint)."""
+    import struct
+    import zipfile
+
+    with zipfile.ZipFile(path) as zf:
+        info = max((i for i in zf.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+    data = bytearray(path.read_bytes())
+    name_length, extra_length = struct.unpack("<HH", data[info.header_offset + 26: info.header_offset + 30])
+    start = info.header_offset + 30 + name_length + extra_length + info.file_size // 2
+    for i in range(start, start + 16):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _checkpoint(step):
+    from spacy_elmo.pretrain.checkpoint import CHECKPOINT_FORMAT, DIGEST, state_digest
+
+    state = {
+        "format": CHECKPOINT_FORMAT,
+        "step": step,
+        "model": {"w": torch.arange(5000.0) * step},
+        "rng": [(1, 2.5, None)],
+    }
+    state[DIGEST] = state_digest(state)
+    return state
+
+
+def test_a_checkpoint_changed_in_place_is_refused_and_resume_takes_the_previous(tmp_path, caplog):
+    save_keeping_previous(_checkpoint(2), tmp_path)
+    save_keeping_previous(_checkpoint(4), tmp_path)
+    assert load_checkpoint(tmp_path / "last.pt")["step"] == 4  # the digest survives torch.save/load
+    _flip_inside_the_largest_tensor(tmp_path / "last.pt")
+    assert not torch.equal(torch.load(tmp_path / "last.pt", weights_only=True)["model"]["w"], torch.arange(5000.0) * 4)
+    with pytest.raises(
+        PretrainError, match=r"last\.pt is damaged: its contents do not match the SHA-256 saved in it.*prev\.pt"
+    ):
+        load_checkpoint(tmp_path / "last.pt")
+    with caplog.at_level(logging.WARNING, logger="spacy_elmo.pretrain.checkpoint"):
+        state, used = load_resume_checkpoint(tmp_path)
+    assert used == tmp_path / "prev.pt" and state["step"] == 2
+    assert "do not match the SHA-256" in caplog.text
+
+
+def test_a_checkpoint_without_its_digest_is_refused(tmp_path):
+    from spacy_elmo.pretrain.checkpoint import DIGEST
+
+    state = _checkpoint(1)
+    del state[DIGEST]
+    torch.save(state, tmp_path / "last.pt")
+    with pytest.raises(PretrainError, match="carry no digest"):
+        load_checkpoint(tmp_path / "last.pt")

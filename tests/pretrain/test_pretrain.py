@@ -734,10 +734,10 @@ def test_checkpoint_contents_are_stable(tmp_path):
     corpus = write_corpus(tmp_path, 60)
     pretrain(tiny_config(tmp_path, corpus, max_steps=2), progress=False)
     state = _state(tmp_path / "out")
-    assert state["format"] == "spacy_elmo.pretrain.checkpoint/1"
+    assert state["format"] == "spacy_elmo.pretrain.checkpoint/2"
     assert set(state) == {
         "format", "step", "epoch", "batch_in_epoch", "tokens_seen", "world_size", "config", "options", "vocab",
-        "corpus_sha256", "model", "optimizer", "scheduler", "scaler", "rng",
+        "corpus_sha256", "model", "optimizer", "scheduler", "scaler", "rng", "sha256",
     }
     assert list(state["config"]) == [
         "train", "output", "dev", "options", "shape", "init", "lang", "max_tokens", "max_line_chars", "strict",

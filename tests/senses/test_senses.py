@@ -283,7 +283,7 @@ def test_cli_model_loader_takes_what_embed_takes(monkeypatch, parity_paths, tmp_
         (shipped / name).write_bytes(path.read_bytes())
     monkeypatch.setattr(hub.names, "SHIPPED_MODEL_DIR", shipped)
     assert load_bilm().options.to_dict() == BiLM.from_hdf5(*parity_paths).options.to_dict()
-    with pytest.raises(ValueError, match="--options needs --model"):
+    with pytest.raises(ValueError, match="--options given without --model"):
         load_bilm(options=parity_paths[1])
 
 

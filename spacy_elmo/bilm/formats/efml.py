@@ -67,7 +67,6 @@ from .efml_files import (  # noqa: F401
     MAX_JSON_BYTES,
     MAX_PKL_BYTES,
     EfmlFormatError,
-    is_model_dir,
     load_state_dict,
     read_dic,
     read_json,

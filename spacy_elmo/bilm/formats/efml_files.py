@@ -16,6 +16,10 @@ MAX_PKL_BYTES = 4 << 30
 MAX_DIC_BYTES = 256 << 20
 #: Largest JSON file read (a config is about 1 KB).
 MAX_JSON_BYTES = 1 << 20
+#: Longest ``.dic`` line, in characters (a token, a tab, an id).
+MAX_DIC_LINE_CHARS = 4096
+#: Most digits of a ``.dic`` id (ids index an embedding of at most 10**9 rows).
+MAX_DIC_ID_DIGITS = 9
 
 FILES = ("config.json", "char.dic", "word.dic", "token_embedder.pkl", "encoder.pkl")
 
@@ -23,16 +27,6 @@ FILES = ("config.json", "char.dic", "word.dic", "token_embedder.pkl", "encoder.p
 class EfmlFormatError(ValueError):
     """An ELMoForManyLangs model directory that is incomplete, malformed, or
     does not match its architecture."""
-
-
-# ---------------------------------------------------------------- detection
-def is_model_dir(path: object) -> bool:
-    """Whether ``path`` is a directory in this layout (``config.json`` and
-    ``encoder.pkl``)."""
-    if not isinstance(path, (str, Path)):
-        return False
-    path = Path(path)
-    return path.is_dir() and (path / "config.json").is_file() and (path / "encoder.pkl").is_file()
 
 
 # ------------------------------------------------------------------ reading
@@ -63,12 +57,22 @@ def read_dic(path: PathLike) -> Dict[str, int]:
     """A ``.dic`` file as the reference reads it (see :mod:`.efml`)."""
     path = Path(path)
     raw = _read_bounded(path, MAX_DIC_BYTES, "vocabulary (.dic)")
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise EfmlFormatError(
+            f"{path} starts with a byte-order mark (U+FEFF, which an editor adds): the reference reads it as part "
+            "of the first token. Save the file as UTF-8 without a BOM"
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise EfmlFormatError(f"{path} is not UTF-8 text: {err}") from None
     table: Dict[str, int] = {}
     for number, line in enumerate(text.split("\n"), start=1):
+        if len(line) > MAX_DIC_LINE_CHARS:
+            raise EfmlFormatError(
+                f"{path}, line {number}: {len(line):,} characters, more than the {MAX_DIC_LINE_CHARS:,} of a "
+                "'token<TAB>id' line; this is not a vocabulary file"
+            )
         fields = line.strip().split("\t")
         if fields == [""]:
             continue
@@ -79,10 +83,13 @@ def read_dic(path: PathLike) -> Dict[str, int]:
                 f"{path}, line {number}: expected 'token<TAB>id', found {len(fields)} tab-separated fields"
             )
         token, index = fields
-        try:
-            table[token] = int(index)
-        except ValueError:
-            raise EfmlFormatError(f"{path}, line {number}: the id {index!r} is not an integer") from None
+        if not (index.isascii() and index.isdigit() and len(index) <= MAX_DIC_ID_DIGITS):
+            shown = index if len(index) <= 20 else index[:20] + "..."
+            raise EfmlFormatError(
+                f"{path}, line {number}: the id {shown!r} is not a non-negative integer of at most "
+                f"{MAX_DIC_ID_DIGITS} digits"
+            )
+        table[token] = int(index)
     if not table:
         raise EfmlFormatError(f"{path} holds no entries")
     return table
