@@ -36,13 +36,13 @@ def test_a_mix_of_the_wrong_length_stops_initialize_and_add_elmo():
     nlp.add_pipe("elmo", config={"mix": [0.5, 0.5]})
     message = MIX_SETTING + r" gives 2 weights, but the biLM has 3 layers \(0\.\.2\).*\[0, 0, 1\]"
     with pytest.raises(ValueError, match=message):
-        nlp.get_pipe("elmo").load_weights(bilm=random_model(0))
+        nlp.get_pipe("elmo").set_bilm(random_model(0))
     with pytest.raises(ValueError, match=MIX_SETTING + " gives 2 weights"):
         nlp.initialize()  # the shipped biLM has 3 layers too
     other = spacy.blank("en")
     with pytest.raises(ValueError, match=MIX_SETTING + " gives 4 weights"):
         add_elmo(other, bilm=random_model(0), config={"mix": [0.25] * 4})
-    assert other.pipe_names == []  # refused before add_pipe
+    assert other.pipe_names == []  # refused, nlp left as it was
     with pytest.raises(ValueError, match=MIX_SETTING + " gives 2 weights"):
         nlp("first use before initialize loads the biLM")
 
