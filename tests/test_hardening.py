@@ -184,6 +184,14 @@ def test_docbin_payload_round_trip(elmo_nlp):
     (back,) = _load_docbin(elmo_nlp, DocBin(store_user_data=True, docs=[doc]).to_bytes())
     numpy.testing.assert_array_equal(back._.elmo.layers, doc._.elmo.layers)
     numpy.testing.assert_array_equal(back[1:3]._.elmo.vectors, doc[1:3]._.elmo.vectors)
+    assert back._.elmo.space == doc._.elmo.space is not None
+
+
+def test_docbin_payload_of_an_older_version_has_no_space(elmo_nlp):
+    """Payloads written before ``space`` existed load; their vectors compare
+    with any (the biLM that made them is unknown)."""
+    (doc,) = _load_docbin(elmo_nlp, _docbin_with(elmo_nlp, lambda d: {k: v for k, v in d.items() if k != "space"}))
+    assert doc._.elmo.space is None
 
 
 @pytest.mark.parametrize("n_tokens", [2, 60])
@@ -211,6 +219,8 @@ def test_docbin_payload_of_another_length_is_refused(elmo_nlp, n_tokens):
         (lambda d: dict(d, weights=numpy.ones(7, dtype=numpy.float32)), "'weights' must be null or one finite number"),
         (lambda d: [1, 2, 3], "is a (list|tuple), expected a map"),
         (lambda d: "layers", "is a str, expected a map"),
+        (lambda d: dict(d, space="x" * 65), "'space' must be null or a hex digest"),
+        (lambda d: dict(d, space=12), "'space' must be null or a hex digest"),
     ],
 )
 def test_docbin_payload_of_the_wrong_structure_is_refused_on_load(elmo_nlp, edit, message):

@@ -19,6 +19,7 @@ from ..bilm.formats import efml
 from ..loading import load_bilm
 from ..pretrain.checkpoint import checkpoint_path, load_checkpoint
 from ..pretrain.export import bilm_from_state
+from ._app import InputError
 
 
 def is_pipeline(path: Union[str, Path]) -> bool:
@@ -38,6 +39,31 @@ def source_bilm(source: Union[str, Path]) -> BiLM:
                 return bilm
         raise ValueError(f"the spaCy pipeline {source} has no elmo component")
     return load_bilm(str(source))
+
+
+#: The files ``export`` writes into its target directory.
+WRITTEN = ("weights.hdf5", "options.json", "vocab.txt", "softmax.hdf5")
+
+
+def check_outputs_apart(source: Union[str, Path], target: Path, nlp: Optional[Path]) -> None:
+    """``export``'s outputs must not overwrite what it reads: the target and
+    the ``--nlp`` directory are neither the source (a run's output, a
+    pipeline, a model directory) nor each other, and the target does not
+    hold the source's own file under a name export writes."""
+    source = Path(source).expanduser()
+    if not source.exists():
+        return  # a model name or URL
+    here = source.resolve()
+    where = {"TARGET": Path(target).expanduser().resolve()}
+    if nlp is not None:
+        where["--nlp"] = Path(nlp).expanduser().resolve()
+    for name, path in where.items():
+        if path == here or (source.is_file() and path == here.parent and here.name in WRITTEN):
+            raise InputError(
+                f"export's {name} {path} would overwrite its input {source}: write the export to another directory"
+            )
+    if nlp is not None and where["--nlp"] == where["TARGET"]:
+        raise InputError(f"export's TARGET and --nlp are one directory ({where['TARGET']}): give --nlp another one")
 
 
 def export_bilm(bilm: BiLM, target: Union[str, Path]) -> List[Path]:

@@ -77,7 +77,8 @@ def pretrain(
     time_limit: Optional[float] = typer.Option(
         None, "--time-limit", min=0,
         help="Stop after this many minutes of training, as on SIGTERM (checkpoint; continue with --resume)"),
-    threads: Optional[int] = typer.Option(None, min=1, help="torch threads per process"),
+    threads: Optional[int] = typer.Option(
+        None, min=1, help="torch threads per process (at most 256, or the machine's logical CPUs where more)"),
     progress: Progress = None,
 ) -> None:
     """Train a biLM on your own text (torchrun for several processes); see docs/pretraining.md."""
@@ -87,6 +88,7 @@ def pretrain(
 
     import torch
 
+    from ..bilm.threads import check_thread_count
     from ..pretrain import PretrainConfig
     from ..pretrain import pretrain as run_pretrain
     from ..pretrain.curve import plot_available
@@ -95,7 +97,7 @@ def pretrain(
     settings = {f.name: _config_value(given[f.name]) for f in fields(PretrainConfig) if f.name in given}
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if threads:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(check_thread_count(threads, "--threads"))
     warning = busy_machine_warning(torch.get_num_threads())
     if warning:
         warn(warning)
@@ -193,8 +195,9 @@ def export(
 
     With --nlp, also as a spaCy pipeline with an elmo component."""
     from ..pretrain import export as run_export
-    from .export import export_bilm, export_pipeline, source_bilm
+    from .export import check_outputs_apart, export_bilm, export_pipeline, source_bilm
 
+    check_outputs_apart(output, target, nlp)
     if checkpoint is None and nlp is None and not (Path(output) / "checkpoints").is_dir():
         written = export_bilm(source_bilm(str(output)), target)
         typer.echo(f"wrote {', '.join(p.name for p in written)} to {target}")

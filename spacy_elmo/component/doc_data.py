@@ -29,15 +29,22 @@ from spacy.tokens import Doc, Span, Token
 
 STORES = ("layers", "vectors")
 DTYPES = ("float32", "float16")
+#: What ``mix = None`` means: the top LSTM layer. Layer 0 is computed from a
+#: word's characters alone, the same for every use of the word, so a mean
+#: that includes it pulls every pair of uses together (the shipped biLM on
+#: examples/bank.txt: uses of one sense 0.894, across senses 0.850 with the
+#: mean of all layers; 0.698 against 0.581 with the top layer). The top
+#: layer is also the one that tells senses apart best (docs/senses.md).
+DEFAULT_MIX = "the top layer"
 
 
 def mix_layers(layers: numpy.ndarray, weights: Union[Sequence[float], numpy.ndarray, None] = None) -> numpy.ndarray:
-    """One vector per token: ``sum_j w_j * layers[j]`` in float32; the plain
-    mean of the layers when ``weights`` is None. ``weights`` are used as
-    given (no softmax): pass already-normalised weights."""
+    """One vector per token: ``sum_j w_j * layers[j]`` in float32; the top
+    layer when ``weights`` is None (see :data:`DEFAULT_MIX`). ``weights`` are
+    used as given (no softmax): pass already-normalised weights."""
     layers = numpy.asarray(layers, dtype=numpy.float32)
     if weights is None:
-        return layers.mean(axis=0)
+        return layers[-1].copy()
     w = numpy.asarray(weights, dtype=numpy.float32)
     if w.shape != (layers.shape[0],):
         raise ValueError(f"mix weights need one value per layer ({layers.shape[0]}), found {w.shape}")
@@ -51,12 +58,16 @@ class ElmoData:
     ``layers``: (L+1, n_tokens, dim) or None when only vectors are stored.
     ``mixed``: (n_tokens, dim) stored vectors, or None when layers are stored.
     ``weights``: the mix used by :attr:`vectors` over stored layers (None:
-    the mean of the layers).
+    the top layer, :data:`DEFAULT_MIX`).
+    ``space``: which biLM and mix made :attr:`vectors` (a digest, see
+    :func:`~spacy_elmo.component.vector_hooks.vector_space`), so that
+    ``.similarity`` refuses vectors of two different ones; None: unknown.
     """
 
     layers: Optional[numpy.ndarray] = None
     mixed: Optional[numpy.ndarray] = None
     weights: Optional[numpy.ndarray] = None
+    space: Optional[str] = None
 
     def __post_init__(self) -> None:
         if (self.layers is None) == (self.mixed is None):
@@ -69,6 +80,7 @@ class ElmoData:
         store: str = "layers",
         dtype: str = "float32",
         weights: Optional[Sequence[float]] = None,
+        space: Optional[str] = None,
     ) -> "ElmoData":
         """Build what the component stores from float32 layers (L+1, n, dim)."""
         if store not in STORES:
@@ -77,8 +89,8 @@ class ElmoData:
             raise ValueError(f"dtype must be one of {DTYPES}, found {dtype!r}")
         w = None if weights is None else numpy.asarray(weights, dtype=numpy.float32)
         if store == "layers":
-            return cls(layers=numpy.ascontiguousarray(layers, dtype=dtype), weights=w)
-        return cls(mixed=numpy.ascontiguousarray(mix_layers(layers, w), dtype=dtype))
+            return cls(layers=numpy.ascontiguousarray(layers, dtype=dtype), weights=w, space=space)
+        return cls(mixed=numpy.ascontiguousarray(mix_layers(layers, w), dtype=dtype), space=space)
 
     def _vectors_stored(self) -> numpy.ndarray:
         """The stored vectors of an ElmoData that holds no layers."""
@@ -113,14 +125,15 @@ class ElmoData:
         if not isinstance(index, slice):
             raise TypeError("ElmoData takes slices of tokens, e.g. data[2:5]")
         if self.layers is not None:
-            return ElmoData(layers=self.layers[:, index], weights=self.weights)
-        return ElmoData(mixed=self._vectors_stored()[index])
+            return ElmoData(layers=self.layers[:, index], weights=self.weights, space=self.space)
+        return ElmoData(mixed=self._vectors_stored()[index], space=self.space)
 
     def to_dict(self) -> Dict[str, Any]:
         return {
             "layers": None if self.layers is None else numpy.ascontiguousarray(self.layers),
             "mixed": None if self.mixed is None else numpy.ascontiguousarray(self.mixed),
             "weights": self.weights,
+            "space": self.space,
         }
 
     @classmethod
@@ -128,7 +141,7 @@ class ElmoData:
         """From :meth:`to_dict`'s map (a DocBin or ``Doc.from_bytes``
         payload), validated: see :func:`check_payload`."""
         check_payload(data)
-        return cls(layers=data["layers"], mixed=data["mixed"], weights=data.get("weights"))
+        return cls(layers=data["layers"], mixed=data["mixed"], weights=data.get("weights"), space=data.get("space"))
 
 
 # --- payload validation (issue 26) ------------------------------------------
@@ -136,6 +149,9 @@ _REDO = (
     "it was not written by the elmo component, or was changed or damaged since: run the pipeline's elmo "
     "component on the texts again (nlp.pipe) and save new Docs"
 )
+
+
+_HEX = frozenset("0123456789abcdef")
 
 
 class ElmoDataError(ValueError):
@@ -147,7 +163,8 @@ def check_payload(data: Any) -> None:
     """A ``Doc._.elmo`` payload must be a map with the keys ``layers`` and
     ``mixed``, exactly one of them an array (float32 or float16; ``layers``
     3-D (L+1, n_tokens, dim), ``mixed`` 2-D (n_tokens, dim)) and the other
-    null, and ``weights`` null or L+1 finite numbers. The Doc's length is
+    null, ``weights`` null or L+1 finite numbers, and ``space`` (absent in
+    payloads of older versions) null or a hex digest. The Doc's length is
     checked where the payload meets its Doc (:func:`get_doc_elmo`)."""
     where = "a Doc._.elmo payload"
     if not isinstance(data, dict):
@@ -176,6 +193,9 @@ def check_payload(data: Any) -> None:
                 f"{where}: 'weights' must be null or one finite number per stored layer, found "
                 f"{weights if not isinstance(weights, numpy.ndarray) else (weights.dtype, weights.shape)}; {_REDO}"
             )
+    space = data.get("space")
+    if space is not None and not (isinstance(space, str) and 0 < len(space) <= 64 and all(c in _HEX for c in space)):
+        raise ElmoDataError(f"{where}: 'space' must be null or a hex digest of at most 64 characters; {_REDO}")
 
 
 _USER_DATA_KEY: Any = ("._.", "elmo", None, None)  # where spaCy keeps Doc._.elmo (a tuple key)

@@ -30,6 +30,7 @@ not exist stop it). They are saved inside the pipeline afterwards
 outside file and does not check the setting again. In Python,
 :func:`add_elmo` adds the component and loads its weights at once.
 """
+import math
 from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union, cast
@@ -39,11 +40,12 @@ from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples, validate_get_examples
-from spacy.util import minibatch
+from spacy.util import minibatch, raise_error
 from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from ..bilm import BiLM
+from ..bilm.fast.token_cache import parameter_stamp
 from ..layers.bilm_shim import get_bilm, has_bilm, set_bilm
 from ..layers.listener import ElmoListenerLayer
 from ..layers.output_cache import OutputCache
@@ -53,6 +55,7 @@ from . import registrations  # noqa: F401 (registers the architectures the defau
 from .doc_data import DTYPES, STORES, ElmoData, install_extensions
 from .listener_host import ListenerHost
 from .vector_hooks import install as install_vector_hooks
+from .vector_hooks import vector_space
 
 DEFAULT_MODEL_CONFIG = """
 [model]
@@ -102,8 +105,10 @@ def make_elmo(
     store: "layers" (all L+1 layers; listeners need this) or "vectors" (one
         vector per token, the ``mix`` of the layers).
     dtype: "float32" or "float16" storage.
-    mix: weights of the layers for ``Doc._.elmo.vectors`` (used as given;
-        None: the mean of the layers).
+    mix: weights of the layers for ``Doc._.elmo.vectors`` and so for
+        ``.vector`` and ``.similarity`` (used as given, one per layer; None:
+        the top layer, which reflects context: see
+        :data:`~spacy_elmo.component.doc_data.DEFAULT_MIX`).
     frozen: never fine-tune the biLM, whatever the listeners' ``grad_factor``;
         during training the component still broadcasts the layers, so the
         listeners learn their mixes. Not frozen, the biLM is fine-tuned when
@@ -175,6 +180,7 @@ class Elmo(ListenerHost, TrainablePipe):
             raise ValueError(f"store must be one of {STORES}, found {store!r}")
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, found {dtype!r}")
+        check_mix(mix)
         self.vocab = vocab
         self.model = model
         self.name = name
@@ -201,6 +207,7 @@ class Elmo(ListenerHost, TrainablePipe):
 
     def set_bilm(self, bilm: BiLM) -> None:
         """Use ``bilm`` (a :class:`~spacy_elmo.BiLM`) as this component's model."""
+        check_mix(self.cfg["mix"], bilm.num_layers)
         set_bilm(self.model, bilm)
         for listener in self.listeners:
             self._set_listener_dims(listener)
@@ -245,15 +252,34 @@ class Elmo(ListenerHost, TrainablePipe):
         default 16,384: 48 MiB for the shipped biLM, 192 MiB for AllenNLP's
         original), plus one biLM batch. The default is the smallest of a
         sweep that keeps the component within a few per cent of the biLM's
-        one-call speed (docs/speed.md)."""
+        one-call speed (docs/speed.md).
+
+        With an error handler (``nlp.set_error_handler``), a group that fails
+        is run again one doc at a time: the handler gets only the docs that
+        fail alone, and every other doc of the group comes out annotated (its
+        layers then agree with a group's to float32 rounding, as with
+        ``buffer_tokens = 0``). Without one, the error is raised at once."""
         error_handler = self.get_error_handler()
         groups = token_buffers(stream, self.buffer_tokens) if self.buffer_tokens else minibatch(stream, size=batch_size)
         for docs in groups:
             try:
                 self.set_annotations(docs, self.predict(docs))
-                yield from docs
             except Exception as e:
-                error_handler(self.name, self, docs, e)
+                if error_handler is raise_error or len(docs) == 1:
+                    error_handler(self.name, self, docs, e)
+                else:
+                    yield from self._pipe_one_by_one(docs, error_handler)
+                continue
+            yield from docs
+
+    def _pipe_one_by_one(self, docs: List[Doc], error_handler: Callable) -> Iterator[Doc]:
+        for doc in docs:
+            try:
+                self.set_annotations([doc], self.predict([doc]))
+            except Exception as e:
+                error_handler(self.name, self, [doc], e)
+                continue
+            yield doc
 
     def _predict_layers(self, docs: List[Doc]) -> List[numpy.ndarray]:
         cache = None if self.fine_tunes else self.output_cache
@@ -262,10 +288,22 @@ class Elmo(ListenerHost, TrainablePipe):
 
     def set_annotations(self, docs: Sequence[Doc], layers: List[numpy.ndarray]) -> None:
         store, dtype, mix = self.cfg["store"], self.cfg["dtype"], self.cfg["mix"]
+        space = self._vector_space()
         for doc, doc_layers in zip(docs, layers):
-            doc._.elmo = ElmoData.from_layers(self.model.ops.to_numpy(doc_layers), store, dtype, mix)
+            doc._.elmo = ElmoData.from_layers(self.model.ops.to_numpy(doc_layers), store, dtype, mix, space=space)
             if self.vector_hooks:
                 install_vector_hooks(doc)
+
+    def _vector_space(self) -> Optional[str]:
+        """``ElmoData.space`` of the Docs this component annotates now: the
+        digest of its biLM and ``mix``, kept until a parameter changes."""
+        if not has_bilm(self.model):
+            return None
+        bilm, mix = self.bilm, self.cfg["mix"]
+        key = (id(bilm), parameter_stamp([bilm]), None if mix is None else tuple(mix))
+        if getattr(self, "_space_key", None) != key:
+            self._space_key, self._space = key, vector_space(bilm, mix)
+        return self._space
 
     # ------------------------------------------------------------- training
     def update(
@@ -381,6 +419,7 @@ class Elmo(ListenerHost, TrainablePipe):
 
         self._validate_serialization_attrs()
         read_component(self, Path(path), exclude)
+        self._check_saved_mix(f"{Path(path) / 'cfg'}")
         self._relink_listener_dims()
         return self
 
@@ -391,8 +430,46 @@ class Elmo(ListenerHost, TrainablePipe):
 
         self._validate_serialization_attrs()
         read_component_bytes(self, bytes_data, exclude)
+        self._check_saved_mix(f"the {self.name} component's bytes (cfg)")
         self._relink_listener_dims()
         return self
+
+    def _check_saved_mix(self, where: str) -> None:
+        if has_bilm(self.model):
+            try:
+                check_mix(self.cfg["mix"], self.bilm.num_layers)
+            except ValueError as err:
+                raise ValueError(f"{where}: {err}") from None
+
+
+#: The most layer weights ``mix`` may give (the largest biLM has far fewer layers).
+MAX_MIX_LENGTH = 64
+
+
+def check_mix(mix: Optional[Sequence[float]], n_layers: Optional[int] = None) -> None:
+    """``mix`` must be None or one finite number per layer of the biLM
+    (``n_layers``, when the biLM is known: at initialization, with
+    :func:`add_elmo`, at first use or when a saved pipeline is read)."""
+    setting = "the elmo component's mix ([components.elmo] mix)"
+    if mix is None:
+        return
+    ok = (
+        isinstance(mix, (list, tuple))
+        and 0 < len(mix) <= MAX_MIX_LENGTH
+        and all(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) for w in mix)
+    )
+    if not ok:
+        shown = repr(mix) if len(repr(mix)) <= 200 else repr(mix)[:200] + "..."
+        raise ValueError(
+            f"{setting} must be null (the top layer) or a list of one finite number per layer of the biLM, "
+            f"found {shown}"
+        )
+    if n_layers is not None and len(mix) != n_layers:
+        example = [0] * (n_layers - 1) + [1]
+        raise ValueError(
+            f"{setting} gives {len(mix)} weights, but the biLM has {n_layers} layers (0..{n_layers - 1}): give "
+            f"one weight per layer, e.g. {example} for the top layer, or null"
+        )
 
 
 def add_elmo(

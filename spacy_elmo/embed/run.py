@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Type, Union
 
+from ..bilm.threads import check_thread_count
 from .layout import (
     FORMAT,
     ChunkText,
@@ -105,10 +106,11 @@ def place_model(bilm, world: World, device: str = "auto", threads: int = 0) -> s
 
     if device == "auto":
         device = f"cuda:{world.local_rank % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu"
-    if threads < 0:
-        raise EmbedError(
-            f"--threads must be >= 0 (0: the cores shared among this machine's processes), found {threads}"
-        )
+    if threads != 0:  # 0: the cores shared among this machine's processes
+        try:
+            check_thread_count(threads, "--threads")
+        except ValueError as err:
+            raise EmbedError(f"{err} (or 0: the cores shared among this machine's processes)") from None
     if device == "cpu":
         torch.set_num_threads(threads or default_threads(world))
     try:

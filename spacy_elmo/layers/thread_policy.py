@@ -11,17 +11,31 @@ cliff on a busy one (docs/speed.md has the measurements).
 ``threads = "auto"`` (the default of ``spacy_elmo.ElmoBiLM.v2``):
 :class:`AdaptiveThreads` runs each biLM batch either on the caller's thread
 count (``torch.get_num_threads()`` when the batch starts) or on one thread,
-measures the seconds per token of every batch, and keeps the faster.
+measures the seconds per token, and keeps the faster.
 
+* What it compares are samples of at least :attr:`AdaptiveThreads.min_tokens`
+  tokens: a larger batch is a sample of its own, smaller ones on the same
+  setting are summed until they reach it. A batch's fixed cost (starting the
+  recurrence, the span plan, a first call's allocations) spread over a few
+  tokens would read as a huge cost per token; over 256 tokens or more it is
+  a few per cent, and a stream of short Docs is still measured, on the
+  batches it really runs.
+* The first batch the policy sees is never counted: it pays one-time costs
+  (allocations, the word-type cache filling), so a warm-up call such as
+  ``nlp("warm up .")`` decides nothing.
 * It starts on one thread (the safe side of the cliff) and tries the
-  caller's count after :attr:`AdaptiveThreads.first_probe` batches.
-* Each setting's estimate is the median of its last 3 batches' seconds per
+  caller's count after :attr:`AdaptiveThreads.first_probe` samples.
+* Each setting's estimate is the median of its last 3 samples' seconds per
   token, so one slow batch does not flip the choice; a load that starts
   later raises the chosen setting's own estimate within a few batches.
-* It re-tries the other setting now and then: after ``recheck`` batches,
-  scaled by how much slower the other setting was (``recheck * ratio``), so
-  re-checks cost at most about ``1 / recheck`` of the time even where the
-  other setting is many times slower.
+* It re-tries the other setting now and then: ``recheck`` samples after
+  the last re-check, times how much slower the other setting's estimate is
+  than the chosen one's (``recheck * ratio``), so re-checks cost at most
+  about ``1 / recheck`` of the time even where the other setting is many
+  times slower. The ratio is taken again after every sample: when the
+  chosen setting gets slower (a load arrives), the re-check comes sooner.
+  A re-check drops the other setting's old samples and measures it as it
+  is now.
 * ``torch.set_num_threads`` is process-wide: the caller's setting is put
   back after every batch.
 
@@ -40,56 +54,88 @@ import statistics
 import time
 from collections import deque
 from contextlib import contextmanager
-from typing import Deque, Dict, Iterator, Union
+from typing import Deque, Dict, Iterator, List, Union
 
 import torch
+
+from ..bilm.threads import MAX_THREADS, check_thread_count
 
 ThreadsSetting = Union[str, int]
 
 
+SETTING = "spacy_elmo.ElmoBiLM.v2's threads ([components.elmo.model] threads)"
+
+
 def check_threads(threads: ThreadsSetting) -> ThreadsSetting:
-    if threads == "auto" or (isinstance(threads, int) and not isinstance(threads, bool) and threads >= 0):
+    """``"auto"``, 0 (torch's own setting) or a number of threads up to
+    :data:`~spacy_elmo.bilm.threads.MAX_THREADS`; else a ValueError naming the setting."""
+    if threads == "auto":
         return threads
+    if isinstance(threads, int) and not isinstance(threads, bool) and threads > 0:
+        return check_thread_count(threads, SETTING)
     raise ValueError(
-        "spacy_elmo.ElmoBiLM.v2's threads ([components.elmo.model] threads) must be \"auto\", 0 (torch's own "
-        f"setting) or a number of threads >= 1, found {threads!r}"
+        f"{SETTING} must be \"auto\", 0 (torch's own setting) or a number of threads from 1 to {MAX_THREADS}, "
+        f"found {threads!r}"
     )
 
 
 class AdaptiveThreads:
     """Chooses, per biLM batch, between the caller's thread count and one thread (see the module)."""
 
-    #: Batches on one thread before the caller's count is first tried.
+    #: Samples on one thread before the caller's count is first tried.
     first_probe = 2
-    #: Batches between re-checks of the other setting, times how much slower it was.
+    #: Samples between re-checks of the other setting, times how much slower it was.
     recheck = 16
-    #: Batches a setting's estimate is the median of.
+    #: Samples a setting's estimate is the median of.
     window = 3
+    #: Tokens a sample holds at least (smaller batches are summed).
+    min_tokens = 256
 
     def __init__(self) -> None:
         self.times: Dict[str, Deque[float]] = {"one": deque(maxlen=self.window), "caller": deque(maxlen=self.window)}
+        #: Seconds and tokens of each setting's batches not yet in a sample.
+        self.pending: Dict[str, List[float]] = {"one": [0.0, 0], "caller": [0.0, 0]}
         self.choice = "one"
+        #: Samples recorded.
         self.batches = 0
+        #: Batches timed (the first is not counted).
+        self.seen = 0
         self.next_check = self.first_probe
+        #: The sample count at the last re-check.
+        self.last_check = 0
 
     def estimate(self, key: str) -> float:
         return statistics.median(self.times[key]) if self.times[key] else float("inf")
 
-    def _pick(self) -> str:
-        """The setting for the next batch: the chosen one, or the other when a re-check is due."""
-        if self.batches >= self.next_check:
-            return "caller" if self.choice == "one" else "one"
-        return self.choice
+    def _other(self, key: str) -> str:
+        return "caller" if key == "one" else "one"
 
-    def _record(self, key: str, seconds_per_token: float, probing: bool) -> None:
-        self.times[key].append(seconds_per_token)
+    def _pick(self) -> str:
+        """The setting for the next batch: the chosen one, or the other when a
+        re-check is due (until it has a sample)."""
+        return self._other(self.choice) if self.batches >= self.next_check else self.choice
+
+    def _record(self, key: str, seconds: float, n_tokens: int, probing: bool) -> None:
+        self.seen += 1
+        if self.seen == 1:
+            return  # one-time costs
+        if probing and self.pending[key][1] == 0:
+            self.times[key].clear()  # a re-check measures the setting as it is now
+        pending = self.pending[key]
+        pending[0] += seconds
+        pending[1] += n_tokens
+        if pending[1] < self.min_tokens:
+            return
+        self.times[key].append(pending[0] / pending[1])
+        self.pending[key] = [0.0, 0]
         self.batches += 1
-        best = min(self.times, key=self.estimate)
         if probing:
-            other = "caller" if key == "one" else "one"
-            ratio = self.estimate(key) / max(self.estimate(other), 1e-12)
-            self.next_check = self.batches + int(self.recheck * max(1.0, ratio, 1.0 / max(ratio, 1e-12)))
-        self.choice = best
+            self.last_check = self.batches
+        self.choice = min(self.times, key=self.estimate)
+        other = self.estimate(self._other(self.choice))
+        if other != float("inf"):
+            ratio = other / max(self.estimate(self.choice), 1e-12)
+            self.next_check = self.last_check + int(self.recheck * max(1.0, ratio))
 
     @contextmanager
     def batch(self, n_tokens_hint: int = 0) -> Iterator[dict]:
@@ -111,7 +157,7 @@ class AdaptiveThreads:
             seconds = time.perf_counter() - start
             torch.set_num_threads(caller)
         if info["n_tokens"] > 0:
-            self._record(key, seconds / info["n_tokens"], probing)
+            self._record(key, seconds, info["n_tokens"], probing)
 
 
 class FixedThreads:

@@ -371,3 +371,12 @@ def test_foreign_files_are_refused(tmp_path):
         read_embeddings(tmp_path)
     with pytest.raises(EmbeddingsFileError, match="no such file"):
         read_embeddings(tmp_path / "nope")
+
+
+@pytest.mark.parametrize("threads", [-1, 10**6])
+def test_thread_counts_out_of_range_are_refused_by_name(threads):
+    from spacy_elmo.embed import EmbedError, World, place_model
+
+    message = r"--threads must be a whole number of threads from 1 to \d+ .*\(or 0: the cores"
+    with pytest.raises(EmbedError, match=message):
+        place_model(random_model(), World(), "cpu", threads)

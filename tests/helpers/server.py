@@ -10,8 +10,8 @@ SERVER_LIFETIME_S = 180  # the server stops by itself after this, whatever happe
 class _Handler(BaseHTTPRequestHandler):
     """GET <prefix>/<path under the served root>. Prefixes: /bucket (plain),
     /truncated (announces the full length, sends half), /slow (sends in
-    small pieces with pauses), /portal (a login page for any path, with
-    status 200: typed text/html under /portal/typed, else untyped)."""
+    small pieces with pauses, after the server's ``gate``, if set, opens), /portal (a login page for any
+    path, with status 200: typed text/html under /portal/typed, else untyped)."""
 
     def do_GET(self):  # noqa: N802
         server = self.server
@@ -44,6 +44,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         if mode == "slow":
+            self._wait_for_gate(server)
             step = max(1, len(body) // 10)
             for start in range(0, len(body), step):
                 self.wfile.write(body[start : start + step])
@@ -51,6 +52,15 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(0.1)
             return
         self.wfile.write(body)
+
+    @staticmethod
+    def _wait_for_gate(server):
+        """Hold the response until ``server.gate()`` is true (at most the
+        server's lifetime): a test opens it when its clients are all in."""
+        gate = getattr(server, "gate", None)
+        deadline = time.monotonic() + SERVER_LIFETIME_S
+        while gate is not None and not gate() and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def log_message(self, *args):
         pass
@@ -62,6 +72,7 @@ class Server:
         self.httpd.root = root
         self.httpd.requests = []
         self.httpd.lock = threading.Lock()
+        self.httpd.gate = None
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -81,6 +92,10 @@ class Server:
             self.httpd.shutdown()
             self.httpd.server_close()
             self.thread.join(timeout=10)
+
+    def hold_until(self, gate):
+        """``/slow`` responses wait until ``gate()`` is true."""
+        self.httpd.gate = gate
 
     @property
     def requests(self):

@@ -7,6 +7,7 @@ regression that streams without a bound fails on a write instead of filling
 the disk."""
 import fcntl
 import os
+import re
 import resource
 import shutil
 import signal
@@ -206,12 +207,10 @@ def test_a_trickling_server_fails_at_the_deadline_and_frees_the_lock(server, cac
     outcome = {}
 
     def run():
-        start = time.monotonic()
         try:
             loading.resolve(weights_url, str(PARITY / "options.json"), progress=False)
         except DownloadError as err:
             outcome["error"] = str(err)
-        outcome["seconds"] = time.monotonic() - start
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -231,7 +230,9 @@ def test_a_trickling_server_fails_at_the_deadline_and_frees_the_lock(server, cac
     assert not thread.is_alive(), "the download did not stop at its deadline"
     assert held_seen
     assert "not finished after 1 s" in outcome["error"] and hub.DEADLINE_ENV in outcome["error"]
-    assert outcome["seconds"] < 10
+    # it stopped at the deadline, not at the end of the trickle (1,000 bytes, 200 s)
+    received = int(re.search(r"received ([\d,]+) of 1,000 bytes", outcome["error"]).group(1).replace(",", ""))
+    assert received < 1000
     # the lock is free for the next process at once: released, its file removed
     assert files_in(cache) == []
     lock_path.parent.mkdir(parents=True)

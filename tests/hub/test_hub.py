@@ -275,11 +275,13 @@ CONCURRENT = """
 import sys, time
 from pathlib import Path
 from spacy_elmo import loading
-ready = Path(sys.argv[1]); ready.joinpath(sys.argv[2]).touch()
+ready, started = Path(sys.argv[1]), Path(sys.argv[2])
+ready.joinpath(sys.argv[3]).touch()
 deadline = time.time() + 120
 while len(list(ready.iterdir())) < 2 and time.time() < deadline:
     time.sleep(0.01)
 start = time.time()
+started.joinpath(sys.argv[3]).touch()  # the server holds every download until both are here
 weights, options = loading.download("small", progress=False)
 end = time.time()
 loading.check_files(weights, options)
@@ -288,8 +290,10 @@ print(weights, start, end)
 
 
 def test_two_processes_downloading_at_once_end_with_one_good_file(server, cache, tmp_path, parity_sentences):
-    ready = tmp_path / "ready"
+    ready, started = tmp_path / "ready", tmp_path / "started"
     ready.mkdir()
+    started.mkdir()
+    server.hold_until(lambda: len(list(started.iterdir())) == 2)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
@@ -298,7 +302,7 @@ def test_two_processes_downloading_at_once_end_with_one_good_file(server, cache,
     }
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", CONCURRENT, str(ready), str(i)],
+            [sys.executable, "-c", CONCURRENT, str(ready), str(started), str(i)],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         for i in range(2)
@@ -308,7 +312,7 @@ def test_two_processes_downloading_at_once_end_with_one_good_file(server, cache,
         assert proc.returncode == 0, err
     lines = [out.split() for out, _ in results]
     starts, ends = [float(line[1]) for line in lines], [float(line[2]) for line in lines]
-    assert max(starts) < min(ends)  # the two downloads did overlap
+    assert max(starts) < min(ends)  # the two downloads overlap: the server held them until both began
     paths = {line[0] for line in lines}
     assert paths == {str(cache / SMALL / f"elmo_{SMALL}_weights.hdf5")}
     assert files_in(cache) == sorted(

@@ -24,8 +24,10 @@ def two_threads():
     torch.set_num_threads(before)
 
 
-def run(policy, cost_one, cost_caller, n=1000):
-    """One batch of ``n`` tokens under the policy, with a fake duration; returns the threads it ran on."""
+def run(policy, cost_one, cost_caller, n=1000, fixed=0.0):
+    """One batch of ``n`` tokens under the policy on a fake clock: ``fixed``
+    seconds plus ``n`` times the cost per token of the threads it runs on;
+    returns the threads it ran on."""
     clock = {"t": 0.0}
     import spacy_elmo.layers.thread_policy as module
 
@@ -34,7 +36,7 @@ def run(policy, cost_one, cost_caller, n=1000):
     try:
         with policy.batch() as info:
             threads = torch.get_num_threads()
-            clock["t"] += n * (cost_one if threads == 1 else cost_caller)
+            clock["t"] += fixed + n * (cost_one if threads == 1 else cost_caller)
             info["n_tokens"] = n
     finally:
         module.time.perf_counter = real
@@ -43,16 +45,68 @@ def run(policy, cost_one, cost_caller, n=1000):
 
 def test_adaptive_keeps_the_faster_and_restores_the_caller(two_threads):
     policy = AdaptiveThreads()
-    used = [run(policy, 2.0, 1.0) for _ in range(6)]
+    used = [run(policy, 2.0, 1.0) for _ in range(7)]
     assert torch.get_num_threads() == 2
-    assert used[:2] == [1, 1] and used[2:] == [2, 2, 2, 2]  # probe, then the faster
+    # the first batch is not counted, two samples on one thread, the probe, then the faster
+    assert used[:3] == [1, 1, 1] and used[3:] == [2, 2, 2, 2]
     # A load arrives: the caller's count becomes 30x slower than one thread.
     used = [run(policy, 2.0, 60.0) for _ in range(4)]
     assert used[-1] == 1 and used.count(2) <= 2
-    # Re-checks of the slow setting: about recheck * ratio batches apart.
+    # Re-checks of the slow setting: about recheck * ratio samples apart.
     used = [run(policy, 2.0, 60.0) for _ in range(300)]
     assert used.count(2) <= 1
     assert torch.get_num_threads() == 2
+
+
+def test_a_short_warm_up_call_decides_nothing(two_threads):
+    """A busy machine: one thread costs 1 per token, two threads 5. A warm-up
+    call of 3 tokens pays a one-time cost of 40 (3 is nothing against it),
+    then long batches: the policy must stay on one thread but for its
+    probes."""
+    policy = AdaptiveThreads()
+    assert run(policy, 1.0, 5.0, n=3, fixed=40.0) == 1
+    used = [run(policy, 1.0, 5.0, n=4000) for _ in range(40)]
+    assert used.count(2) <= 2, used
+
+
+def test_tiny_batches_with_a_fixed_cost_cannot_decide(two_threads):
+    """A fixed cost per batch of 20 (the same on both settings) over batches
+    of 2 tokens dwarfs their per-token cost: two short probes of two threads
+    at a moment when a batch of them took long must not win against long
+    batches measured per token."""
+    policy = AdaptiveThreads()
+    run(policy, 1.0, 5.0, n=1000)  # the first batch, not counted
+    # Short batches on one thread with a large fixed cost: 11 per token.
+    used = [run(policy, 1.0, 5.0, n=2, fixed=20.0) for _ in range(10)]
+    assert used == [1] * 10 and policy.batches == 0  # 20 tokens: no sample yet
+    used = [run(policy, 1.0, 5.0, n=1000) for _ in range(40)]
+    assert used.count(2) <= 2, used
+    assert policy.choice == "one"
+
+
+def test_a_stream_of_short_docs_is_still_measured(two_threads):
+    """Only short batches (a loop of nlp(sentence)): they are summed into
+    samples of min_tokens, so the faster setting (two threads, here) is found."""
+    policy = AdaptiveThreads()
+    used = [run(policy, 2.0, 1.0, n=20, fixed=1.0) for _ in range(200)]
+    assert policy.choice == "caller" and used[-40:].count(2) >= 30
+    assert policy.estimate("caller") == pytest.approx(21 / 20) and policy.estimate("one") == pytest.approx(41 / 20)
+
+
+def test_a_stale_estimate_is_checked_again_when_the_choice_slows(two_threads):
+    """One thread looks 30x slower on its first samples (a moment of load
+    that has gone since), so two threads win; then two threads get 5x slower
+    than one. The re-check comes ``recheck`` x the ratio now (30 / 5 = 6)
+    samples after the last one, not 30 x ``recheck``, and measures one thread
+    afresh (its old samples would outvote the new one)."""
+    policy = AdaptiveThreads()
+    for _ in range(3):
+        run(policy, 30.0, 1.0)
+    assert run(policy, 30.0, 1.0) == 2
+    used = [run(policy, 1.0, 5.0) for _ in range(AdaptiveThreads.recheck * 6 + 3)]
+    assert used[: AdaptiveThreads.recheck * 6 - 4] == [2] * (AdaptiveThreads.recheck * 6 - 4)
+    assert used[-1] == 1 and policy.choice == "one"
+    assert policy.estimate("one") == 1.0
 
 
 def test_adaptive_does_nothing_on_one_thread():
