@@ -13,8 +13,7 @@ from typing import List
 import typer
 
 from common import sha256_of
-from spacy_elmo.pretrain.corpus_cache import save_corpus
-from spacy_elmo.pretrain.reading import read_corpus
+from spacy_elmo.pretrain.reading import tokenise_slice
 
 #: The registry corpus's sources the shipped model was last trained on (the
 #: held-out slice's own eleven; linux_doc and perl_doc have their own held-out file).
@@ -27,8 +26,7 @@ def tokenise(texts: List[Path], out: Path, max_tokens: int) -> None:
     digests = [sha256_of(t) for t in texts]
     if out.exists() and stamp.exists() and json.loads(stamp.read_text())["sha256"] == digests:
         return
-    corpus = read_corpus(texts, "en", max_tokens)
-    save_corpus(corpus, out, compressed=True, settings={"lang": "en", "max_tokens": max_tokens})
+    corpus = tokenise_slice(texts, out, "en", max_tokens)
     stamp.write_text(json.dumps({"texts": [t.name for t in texts], "sha256": digests,
                                  "tokens": corpus.stats.tokens, "windows": corpus.stats.windows}) + "\n")
     typer.echo(f"{out}: {corpus.stats.summary()}")

@@ -145,13 +145,11 @@ def tokenise(
     like); a training run then starts in seconds, and slices of a few tens of
     MiB are easy to copy to a GPU machine. The slice records LANG and
     --max-tokens, and `pretrain` refuses a slice cut with other settings."""
-    from ..pretrain.corpus_cache import save_corpus
-    from ..pretrain.reading import read_corpus
+    from ..pretrain.reading import tokenise_slice
 
     if output.suffix != ".npz":
         raise InputError(f"--output {output}: a slice is an .npz file; name it e.g. {output.with_suffix('.npz').name}")
-    corpus = read_corpus(texts, lang, max_tokens)
-    save_corpus(corpus, output, compressed=True, settings={"lang": lang, "max_tokens": max_tokens})
+    corpus = tokenise_slice(texts, output, lang, max_tokens)
     typer.echo(f"wrote {output}: {corpus.stats.summary()}")
 
 

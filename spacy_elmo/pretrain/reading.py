@@ -225,3 +225,14 @@ def _spacy_file_windows(path: Path, nlp, strict: bool, stats: CorpusStats) -> It
             tokens = [t.text for t in span if not t.is_space]
             if tokens:
                 yield tokens
+
+
+def tokenise_slice(
+    paths: Sequence[Union[str, Path]], output: Union[str, Path], lang: str = "en", max_tokens: int = 64
+) -> Corpus:
+    """Read ``paths`` as :func:`read_corpus` does and write them as one
+    pre-tokenised slice (a compressed ``.npz`` that records ``lang`` and
+    ``max_tokens``, which :func:`~.corpus_cache.load_slice` checks)."""
+    corpus = read_corpus(paths, lang, max_tokens)
+    save_corpus(corpus, Path(output), compressed=True, settings={"lang": lang, "max_tokens": max_tokens})
+    return corpus

@@ -52,17 +52,11 @@ def source(tmp_path):
     return path
 
 
-def run(bilm, source, output, world=World(), **settings):
+def run(bilm, source, output, world=World(), tokenize=whitespace, model=MODEL, **settings):
     settings.setdefault("chunk_kb", 1)
     return embed_corpus(
-        bilm,
-        source,
-        output,
-        model=MODEL,
-        tokenize=whitespace,
-        tokenization="whitespace",
-        settings=EmbedSettings(**settings),
-        world=world,
+        bilm, source, output, model=model, tokenize=tokenize, tokenization="whitespace",
+        settings=EmbedSettings(**settings), world=world,
     )
 
 
@@ -219,15 +213,7 @@ def test_a_run_stopped_after_k_chunks_resumes_to_the_same_file(bilm, source, tmp
     run(bilm, source, reference)
     out = tmp_path / "out.h5"
     with pytest.raises(Crash):
-        embed_corpus(
-            bilm,
-            source,
-            out,
-            model=MODEL,
-            tokenize=crashing_tokenizer(after),
-            tokenization="whitespace",
-            settings=EmbedSettings(chunk_kb=1),
-        )
+        run(bilm, source, out, tokenize=crashing_tokenizer(after))
     assert not out.exists() and len(list((tmp_path / "out.h5.work").glob("chunk-*.npz"))) == after
     result = run(bilm, source, out)
     assert (result.resumed_chunks, result.embedded_chunks > 0) == (after, True)
@@ -258,28 +244,12 @@ def test_a_run_stopped_while_assembling_resumes(bilm, source, tmp_path, monkeypa
 def test_a_changed_run_is_refused(bilm, source, tmp_path):
     out = tmp_path / "out.h5"
     with pytest.raises(Crash):
-        embed_corpus(
-            bilm,
-            source,
-            out,
-            model=MODEL,
-            tokenize=crashing_tokenizer(2),
-            tokenization="whitespace",
-            settings=EmbedSettings(chunk_kb=1),
-        )
+        run(bilm, source, out, tokenize=crashing_tokenizer(2))
     with pytest.raises(EmbedError, match="--layers was 'all', now 'top'"):
         run(bilm, source, out, layers="top")
     other = dict(MODEL, weights_sha256="x" * 64)
     with pytest.raises(EmbedError, match=r"the model \(weights SHA-256\) was 'w+', now 'x+'"):
-        embed_corpus(
-            bilm,
-            source,
-            out,
-            model=other,
-            tokenize=whitespace,
-            tokenization="whitespace",
-            settings=EmbedSettings(chunk_kb=1),
-        )
+        run(bilm, source, out, model=other)
     changed = LINES.copy()
     changed[0] = "The storm went ."
     source.write_text("\n".join(changed) + "\n", encoding="utf-8")
@@ -295,15 +265,7 @@ def test_a_changed_run_is_refused(bilm, source, tmp_path):
 def test_a_damaged_piece_is_embedded_again(bilm, source, tmp_path, capsys):
     out = tmp_path / "out.h5"
     with pytest.raises(Crash):
-        embed_corpus(
-            bilm,
-            source,
-            out,
-            model=MODEL,
-            tokenize=crashing_tokenizer(2),
-            tokenization="whitespace",
-            settings=EmbedSettings(chunk_kb=1),
-        )
+        run(bilm, source, out, tokenize=crashing_tokenizer(2))
     vectors, _ = piece_paths(tmp_path / "out.h5.work", 1)
     vectors.write_bytes(vectors.read_bytes()[:100])
     result = run(bilm, source, out)

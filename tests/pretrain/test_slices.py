@@ -8,8 +8,8 @@ import numpy
 import pytest
 
 from spacy_elmo.pretrain import read_corpus
-from spacy_elmo.pretrain.corpus_cache import save_corpus
 from spacy_elmo.pretrain.errors import PretrainError
+from spacy_elmo.pretrain.reading import tokenise_slice
 
 A = "The boat drifted toward the muddy bank of the river .\nHe borrowed money from the bank to buy a house .\n"
 B = "A third line , with words the first file never used .\nThe bank again .\n"
@@ -23,9 +23,7 @@ def _texts(tmp_path):
 
 
 def _slice(texts, path, max_tokens=64, lang="en"):
-    save_corpus(
-        read_corpus(texts, lang, max_tokens), path, compressed=True, settings={"lang": lang, "max_tokens": max_tokens}
-    )
+    tokenise_slice(texts, path, lang, max_tokens)
     return path
 
 
