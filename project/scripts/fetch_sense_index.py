@@ -46,7 +46,9 @@ def extract_index(deb: Path) -> bytes:
 
 
 def main(
-    output: Path = typer.Argument(Path("assets/wordnet/index.sense"), help="Where to write index.sense"),
+    output: Path = typer.Argument(
+        Path("assets/wordnet/index.sense"), help="Where to write index.sense (a directory: index.sense in it)"
+    ),
     assets: Path = typer.Option(Path("assets"), help="Where to keep the downloaded .deb"),
 ) -> None:
     deb = common.fetch_deb(PACKAGE, KNOWN, assets)
@@ -57,6 +59,8 @@ def main(
             f"{PACKAGE} {deb.version}: index.sense has sha256 {digest}, not WordNet 3.0's {INDEX_SHA256}: "
             "the archive's package changed; check it before pinning the new version"
         )
+    if output.is_dir():
+        output = output / "index.sense"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_bytes(data)
     typer.echo(

@@ -83,17 +83,6 @@ def warn(message: str) -> None:
     typer.echo(f"warning: {message}", err=True)
 
 
-def pick(value: Optional[str], legacy: Optional[str], new: str, old: str) -> Optional[str]:
-    """The value of ``new``, or of its deprecated spelling ``old`` (with a
-    warning); both given: an error."""
-    if legacy is None:
-        return value
-    if value is not None:
-        raise InputError(f"give {new} only ({old} is its old spelling)")
-    warn(f"{old} is deprecated: use {new}")
-    return legacy
-
-
 # ------------------------------------------------------------ shared options
 MODEL_HELP = (
     "The biLM, NAME|DIR|FILE|URL: a name (english: the model shipped with the package, the default; small, medium, "

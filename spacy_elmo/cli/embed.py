@@ -6,22 +6,12 @@ from typing import List, Optional
 import typer
 
 from ..embed.run import EmbedSettings
-from ._app import BatchSize, InputError, Lang, Model, Options, Progress, Whitespace, command, pick, show_progress
+from ._app import MODEL_WORDING, BatchSize, InputError, Lang, Model, Options, Progress, Whitespace, command, show_progress
 from .inputs import ProgressEmbedder, input_file, load_model, model_identity, read_lines, tokenization_name, tokenizer
 
 
-def _old_positionals(extra: List[str], model: Optional[str], options: Optional[str]):
-    """``embed WEIGHTS [OPTIONS]``, the old spelling of ``--model``/``--options``
-    (deprecated, out of the help)."""
-    if len(extra) > 2 or any(arg.startswith("-") for arg in extra):
-        raise InputError(f"unexpected arguments {' '.join(extra)}: give the model with --model (see --help)")
-    model = pick(model, extra[0] if extra else None, "--model", "the positional WEIGHTS")
-    return model, pick(options, extra[1] if len(extra) > 1 else None, "--options", "the positional OPTIONS")
-
-
-@command(context_settings={"allow_extra_args": True})
+@command()
 def embed(
-    ctx: typer.Context,
     model: Model = None,
     options: Options = None,
     input_path: Optional[Path] = typer.Option(
@@ -78,7 +68,6 @@ def embed(
     sharded over processes (torchrun, or --shard I/N), and a stopped run
     resumes where it stopped when the same command is run again."""
     progress = show_progress(progress)
-    model, options = _old_positionals(ctx.args, model, options)
     input_file(input_path, "--input")
     if output is not None:
         _embed_to_output(
@@ -153,8 +142,8 @@ def download(
     The cache is SPACY_ELMO_CACHE (default: spacy_elmo in the user's cache
     directory); SPACY_ELMO_MIRROR replaces the published base URL. The
     English model shipped with the package needs no download."""
-    from ..hub import resolve
+    from ..loading import resolve
 
-    weights_path, options_path = resolve(name, options, progress=show_progress(progress))
+    weights_path, options_path = resolve(name, options, progress=show_progress(progress), wording=MODEL_WORDING)
     typer.echo(f"weights: {weights_path}")
     typer.echo(f"options: {options_path}")

@@ -78,10 +78,8 @@ def test_every_spelling_of_the_model_gives_the_same_output(parity_paths):
     assert "(3, 3, 48)" in by_dir.stdout and "(3, 0, 48)" in by_dir.stdout
     by_files = invoke("embed", "--model", parity_paths[0], "--options", parity_paths[1], "--whitespace", input=TEXT)
     assert by_files.stdout == by_dir.stdout and by_files.stderr == ""
-    old = invoke("embed", str(PARITY), "--whitespace", input=TEXT)  # the deprecated positional spelling
-    assert old.exit_code == 0 and old.stdout == by_dir.stdout
-    assert "positional WEIGHTS is deprecated: use --model" in old.stderr
-    bad_input(invoke("embed", str(PARITY), *MODEL, input=TEXT), "give --model only")
+    old = invoke("embed", str(PARITY), "--whitespace", input=TEXT)  # the pre-release positional spelling is gone
+    assert old.exit_code == 2 and "unexpected extra argument" in plain(old.stderr) and old.stdout == ""
     bad_input(invoke("embed", "--options", parity_paths[1], input=TEXT), "--options given without --model")
     bad_input(invoke("embed", "--model", "smal", input=TEXT), "--model 'smal' is neither a model name")
 

@@ -236,6 +236,14 @@ def test_corrupt_download_raises_one_clear_error_and_caches_nothing(server, cach
     assert (options_url if name == "original" else weights_url) in message and ".part" not in message
     assert_offline_advice(message, name)
     assert files_in(cache) == []
+    # the command line's download goes through the same checks
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    result = CliRunner().invoke(app, ["download", name, "--no-progress"])
+    assert result.exit_code == 2 and what in result.stderr and problem in result.stderr, result.output
+    assert files_in(cache) == []
 
 
 def test_missing_file_and_no_connection_give_the_offline_message(server, cache, monkeypatch):
