@@ -6,7 +6,18 @@ from typing import List, Optional
 import typer
 
 from ..embed.run import EmbedSettings
-from ._app import MODEL_WORDING, BatchSize, InputError, Lang, Model, Options, Progress, Whitespace, command, show_progress
+from ._app import (
+    MODEL_WORDING,
+    BatchSize,
+    InputError,
+    Lang,
+    Model,
+    Options,
+    Progress,
+    Whitespace,
+    command,
+    show_progress,
+)
 from .inputs import ProgressEmbedder, input_file, load_model, model_identity, read_lines, tokenization_name, tokenizer
 
 
