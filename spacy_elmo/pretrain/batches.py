@@ -60,6 +60,17 @@ def epoch_batches(lengths: numpy.ndarray, batch_size: int, seed: int, epoch: int
     return [batches[i] for i in order]
 
 
+def settle(epoch: int, batch: int, world_size: int, n_batches: int) -> Tuple[int, int]:
+    """Where a step of ``world_size`` processes reads, given the first batch
+    it would read: ``(epoch, batch)``, rank ``r`` taking the epoch's batch
+    ``batch + r``; the next epoch's start when the batches left in this
+    one are fewer than the processes (those are skipped). A step's position
+    is the last one's plus ``world_size`` batches, settled; a run resumed
+    with another number of processes goes on from the checkpoint's position,
+    so every batch of an epoch is read once whatever the processes were."""
+    return (epoch + 1, 0) if batch + world_size > n_batches else (epoch, batch)
+
+
 def split_dev(n_windows: int, fraction: float, max_windows: int, seed: int) -> Tuple[numpy.ndarray, numpy.ndarray]:
     """Held-out windows chosen by a seeded permutation: (train, dev) indices."""
     if fraction <= 0 or n_windows < 2:

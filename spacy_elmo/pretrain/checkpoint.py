@@ -46,14 +46,16 @@ def checkpoint_path(output_dir: Path, checkpoint: Optional[Path] = None) -> Path
 
 
 def make_checkpoint(
-    *, step: int, steps_per_epoch: int, tokens_seen: int, world_size: int, config: PretrainConfig,
+    *, step: int, position: Tuple[int, int], tokens_seen: int, world_size: int, config: PretrainConfig,
     options: BiLMOptions, vocab: Vocab, corpus_sha256: str, model: torch.nn.Module,
     optimizer: torch.optim.Optimizer, scheduler: Any, scaler: Any, rng: List[Dict[str, Any]],
 ) -> Dict[str, Any]:
-    """The checkpoint of ``step``; ``rng``: every rank's :func:`rng_state`."""
-    epoch, k = divmod(step, steps_per_epoch)
+    """The checkpoint of ``step``; ``position``: the (epoch, batch) the next
+    step reads from (:func:`.batches.settle`); ``rng``: every rank's
+    :func:`rng_state`."""
+    epoch, batch = position
     state = {
-        "format": CHECKPOINT_FORMAT, "step": step, "epoch": epoch, "batch_in_epoch": k * world_size,
+        "format": CHECKPOINT_FORMAT, "step": step, "epoch": epoch, "batch_in_epoch": batch,
         "tokens_seen": tokens_seen, "world_size": world_size, "config": config.to_dict(),
         "options": options.to_dict(), "vocab": list(vocab.words), "corpus_sha256": corpus_sha256,
         "model": model.state_dict(), "optimizer": optimizer.state_dict(),
@@ -94,16 +96,19 @@ def _feed(digest: "hashlib._Hash", value: Any) -> None:
 def restore(
     checkpoint: Dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
     scaler: Any, rank: int, device: torch.device,
-) -> Tuple[int, int]:
-    """Load a checkpoint's states (this rank's RNG included); returns
-    (step, tokens_seen)."""
+) -> Tuple[int, int, bool]:
+    """Load a checkpoint's states (this rank's RNG too, if the checkpoint's
+    run had this rank: True when it did); returns (step, tokens_seen, whether
+    the RNG was restored)."""
     model.load_state_dict(checkpoint["model"])
     optimizer.load_state_dict(checkpoint["optimizer"])
     scheduler.load_state_dict(checkpoint["scheduler"])
     if checkpoint.get("scaler"):
         scaler.load_state_dict(checkpoint["scaler"])
-    set_rng_state(checkpoint["rng"][rank], device)
-    return int(checkpoint["step"]), int(checkpoint["tokens_seen"])
+    has_rank = rank < len(checkpoint["rng"])
+    if has_rank:
+        set_rng_state(checkpoint["rng"][rank], device)
+    return int(checkpoint["step"]), int(checkpoint["tokens_seen"]), has_rank
 
 
 def rng_state(device: torch.device) -> Dict[str, Any]:
@@ -220,8 +225,8 @@ def _earlier_checkpoints(path: Path) -> str:
 # ------------------------------------------------------------ resume checks
 def check_resume(checkpoint: Dict[str, Any], config: PretrainConfig, info: D.DistInfo) -> None:
     """Refuse a resume whose settings change the weights; report (log) the
-    settings that may change (:attr:`PretrainConfig.RESUMABLE_CHANGES`), so
-    that a resume is never silent about a change. The options' contents and
+    settings that may change (:attr:`PretrainConfig.RESUMABLE_CHANGES`, and
+    the number of processes), so that a resume is never silent about a change. The options' contents and
     the corpus are checked by :func:`check_resume_options` and
     :func:`check_resume_data`."""
     saved = checkpoint["config"]
@@ -238,7 +243,10 @@ def check_resume(checkpoint: Dict[str, Any], config: PretrainConfig, info: D.Dis
         else:
             diffs.append(change)
     if int(checkpoint["world_size"]) != info.world_size:
-        diffs.append(f"world size: {checkpoint['world_size']} -> {info.world_size}")
+        allowed.append(
+            f"processes: {checkpoint['world_size']} -> {info.world_size} (each step now reads {info.world_size} "
+            f"batches of {config.batch_size}, the data going on from the checkpoint's place in its epoch)"
+        )
     if diffs:
         raise PretrainError("cannot resume: settings differ from the checkpoint's: " + "; ".join(diffs))
     if allowed and info.is_main:

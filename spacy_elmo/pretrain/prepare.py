@@ -33,6 +33,7 @@ class RunData:
     dev_batcher: Batcher
     dev_batches: List[numpy.ndarray]
     steps_per_epoch: int
+    n_batches: int
     unigram_ppl: Optional[float]
 
 
@@ -127,5 +128,5 @@ def prepare_data(
         corpus=corpus, dev_corpus=dev_corpus, train_idx=train_idx, dev_idx=dev_idx, train_lengths=train_lengths,
         vocab=vocab, fingerprint=fingerprint, batcher=batcher, dev_batcher=dev_batcher,
         dev_batches=dev_batches(dev_corpus, dev_idx, config.batch_size, info.rank, info.world_size),
-        steps_per_epoch=steps_per_epoch, unigram_ppl=unigram_ppl,
+        steps_per_epoch=steps_per_epoch, n_batches=n_batches, unigram_ppl=unigram_ppl,
     )

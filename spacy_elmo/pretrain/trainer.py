@@ -28,9 +28,15 @@ target token, averaged over the two directions.
 epoch only (a seeded permutation, then length buckets), and step ``s`` reads
 the batch at a fixed position of that order, so a resumed run jumps straight to
 its data. A checkpoint holds the model, optimizer, scheduler and GradScaler
-states, the step, and every rank's RNG states (as tensors, so it loads with
-``torch.load(weights_only=True)``); resuming from it gives the same weights
-as an uninterrupted run (same machine, same thread count).
+states, the step, its place in the data, and every rank's RNG states (as
+tensors, so it loads with ``torch.load(weights_only=True)``); resuming from
+it gives the same weights as an uninterrupted run (same machine, same thread
+count, same number of processes). A run may also resume on another number
+of processes: the data goes on from the checkpoint's place (no batch read
+twice; as in every run, the batches at an epoch's end that are fewer than
+the processes are skipped), each step then reading one batch per process
+(:func:`.batches.settle`); ranks new to the run start their dropout RNG from
+the seed, their rank and the step.
 """
 import json
 import logging
@@ -48,7 +54,7 @@ from torch import nn
 
 from ..bilm.options import BiLMOptions
 from . import distributed as D
-from .batches import epoch_batches
+from .batches import epoch_batches, settle
 from .checkpoint import (
     LAST,
     PREVIOUS,
@@ -199,15 +205,21 @@ class _Run:
         self.scheduler = make_scheduler(config, self.optimizer)
         self.scaler = make_scaler(config)
         if checkpoint is not None:
-            self.step, self.tokens_seen = restore(
+            self.step, self.tokens_seen, has_rank = restore(
                 checkpoint, self.model, self.optimizer, self.scheduler, self.scaler, info.rank, device
             )
+            if not has_rank:  # a resume on more processes than the checkpoint's run had
+                torch.manual_seed((config.seed * 1000 + 1 + info.rank) * 1_000_003 + self.step)
+            start = (int(checkpoint["epoch"]), int(checkpoint["batch_in_epoch"]))
         else:
             if config.init:
                 init_from_export(self.model, Path(config.init), data.vocab)
             # Different dropout masks on each rank; the weights are the same.
             torch.manual_seed(config.seed * 1000 + 1 + info.rank)
             self.step, self.tokens_seen = 0, 0
+            start = (0, 0)
+        #: (epoch, first batch) of the next step's data.
+        self.position = settle(*start, info.world_size, data.n_batches)
         self.log = RunLog(self.out / "log.jsonl", info.is_main)
         if checkpoint is not None:
             self.log.rollback(self.step)
@@ -276,7 +288,7 @@ class _Run:
         rng = D.gather_to_main(self.info, rng_state(self.device))
         if self.info.is_main:
             state = make_checkpoint(
-                step=self.step, steps_per_epoch=self.data.steps_per_epoch, tokens_seen=self.tokens_seen,
+                step=self.step, position=self.position, tokens_seen=self.tokens_seen,
                 world_size=self.info.world_size, config=self.config, options=self.options, vocab=self.data.vocab,
                 corpus_sha256=self.data.fingerprint, model=self.model, optimizer=self.optimizer,
                 scheduler=self.scheduler, scaler=self.scaler, rng=rng,
@@ -286,15 +298,17 @@ class _Run:
         D.barrier(self.info)
 
     # ------------------------------------------------------------- steps
-    def windows_of(self, step: int) -> numpy.ndarray:
-        """This rank's windows at ``step``: a fixed place in the epoch's order."""
-        epoch, k = divmod(step, self.data.steps_per_epoch)
+    def next_windows(self) -> numpy.ndarray:
+        """This rank's windows for the next step (a fixed place in the epoch's
+        order), the run's position moved on past the step's batches."""
+        epoch, batch = self.position
         if epoch != self._epoch:
             self._epoch = epoch
             self._epoch_batches = epoch_batches(
                 self.data.train_lengths, self.config.batch_size, self.config.seed, epoch
             )
-        return self.data.train_idx[self._epoch_batches[k * self.info.world_size + self.info.rank]]
+        self.position = settle(epoch, batch + self.info.world_size, self.info.world_size, self.data.n_batches)
+        return self.data.train_idx[self._epoch_batches[batch + self.info.rank]]
 
     def train_step(self, windows: numpy.ndarray):
         """One optimizer step; returns (loss, nll_f, nll_b, targets, tokens, grad norm)."""
@@ -355,8 +369,8 @@ class _Run:
         try:
             with _StopFlag() as stop:
                 while self.step < config.max_steps:
-                    epoch = self.step // self.data.steps_per_epoch
-                    windows = self.windows_of(self.step)
+                    epoch = self.position[0]
+                    windows = self.next_windows()
                     loss, nll_f, nll_b, n, n_tokens, grad_norm = self.train_step(windows)
                     meter.add(float(nll_f.detach()), float(nll_b.detach()), n, n_tokens)
                     if bar is not None:

@@ -77,6 +77,29 @@ def distributed_worker(rank: int, world_size: int, port: int, tmp: str, corpus: 
     torch.save({"seen": seen, "params": kept["params"]}, tmp_path / f"rank{rank}.pt")
 
 
+def resuming_worker(rank: int, world_size: int, port: int, tmp: str, corpus: str, settings: dict) -> None:
+    """One process of a resumed gloo run (torch.multiprocessing.spawn
+    target): the windows of each step saved to ``tmp/resumed-rank{rank}.pt``."""
+    import os
+
+    import torch
+
+    torch.set_num_threads(1)
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank)
+    )
+    from spacy_elmo.pretrain import trainer
+
+    seen, kept = [], {}
+
+    def keep(step, info):
+        seen.append(info["windows"])
+        kept["params"] = {k: v.detach().clone() for k, v in info["model"].state_dict().items()}
+
+    trainer.pretrain(tiny_config(Path(tmp), Path(corpus), **settings), resume=True, progress=False, callback=keep)
+    torch.save({"seen": seen, "params": kept["params"]}, Path(tmp) / f"resumed-rank{rank}.pt")
+
+
 def backend_threads() -> list:
     """Names of this process's threads that belong to torch.distributed's
     gloo backend or its TCP store (Linux: /proc/self/task)."""

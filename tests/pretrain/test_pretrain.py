@@ -15,13 +15,20 @@ from spacy_elmo import BiLM  # noqa: E402
 from spacy_elmo.bilm.chars import batch_to_char_ids  # noqa: E402
 from spacy_elmo.bilm.options import BiLMOptions  # noqa: E402
 from spacy_elmo.pretrain import PretrainConfig, Vocab, export, load_checkpoint, pretrain, read_corpus  # noqa: E402
-from spacy_elmo.pretrain.batches import epoch_batches  # noqa: E402
+from spacy_elmo.pretrain.batches import epoch_batches, settle  # noqa: E402
 from spacy_elmo.pretrain.lm_head import LMHead, default_cutoffs  # noqa: E402
 from spacy_elmo.pretrain.model import PretrainModel  # noqa: E402
 from spacy_elmo.pretrain.prepare import unigram_perplexity  # noqa: E402
 from spacy_elmo.pretrain.runlog import read_log  # noqa: E402
 from tests.helpers.models import small_options  # noqa: E402
-from tests.helpers.pretrain import distributed_worker, make_lines, tiny_config, write_corpus, write_options  # noqa: E402
+from tests.helpers.pretrain import (  # noqa: E402
+    distributed_worker,
+    make_lines,
+    resuming_worker,
+    tiny_config,
+    write_corpus,
+    write_options,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -227,6 +234,49 @@ def test_two_process_gloo_run_shards_data_and_keeps_ranks_identical(tmp_path):
     assert records[0]["event"] == "start" and records[0]["world_size"] == 2
     assert [r["step"] for r in records if r["event"] == "train"] == [1, 2, 3, 4]
     assert sum(r["event"] == "start" for r in records) == 1  # rank 0 only
+
+
+def test_a_step_reads_one_batch_per_process_and_an_epochs_short_tail_is_skipped():
+    assert settle(0, 0, 1, 7) == (0, 0) and settle(0, 6, 1, 7) == (0, 6) and settle(0, 7, 1, 7) == (1, 0)
+    assert settle(0, 4, 2, 7) == (0, 4) and settle(0, 5, 2, 7) == (0, 5) and settle(0, 6, 2, 7) == (1, 0)
+    assert settle(3, 1, 4, 4) == (4, 0) and settle(3, 0, 4, 4) == (3, 0)
+
+
+def test_a_run_resumes_on_two_processes_and_back_on_one_reading_on_from_its_place(tmp_path, caplog):
+    """1 process for 3 steps, resumed on 2 for 3 steps, then on 1 again for
+    2: the batches read, in order, are those of one uninterrupted process
+    (7 batches an epoch: 0-2, then 3+4 and 5+6, then epoch 1's 0+1, then 2
+    and 3); the two ranks end with the same weights; the checkpoints name
+    their number of processes and the resumes say what changed."""
+    import torch.multiprocessing as mp
+
+    corpus = write_corpus(tmp_path, 120)
+    settings = dict(batch_size=16, dropout=0.1, warmup_steps=2)
+    seen = []
+    pretrain(tiny_config(tmp_path, corpus, "whole", max_steps=11, **settings), progress=False,
+             callback=lambda step, info: seen.append(info["windows"]))
+    start = read_log(tmp_path / "whole" / "log.jsonl")[0]
+    assert start["steps_per_epoch"] == 7
+    read = []
+    keep = lambda step, info: read.append(info["windows"])  # noqa: E731
+    pretrain(tiny_config(tmp_path, corpus, max_steps=3, **settings), progress=False, callback=keep)
+    mp.spawn(resuming_worker, args=(2, _free_port(), str(tmp_path), str(corpus), dict(max_steps=6, **settings)),
+             nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f"resumed-rank{r}.pt", weights_only=True) for r in range(2)]
+    for a, b in zip(ranks[0]["seen"], ranks[1]["seen"]):
+        read += [a, b]
+    for name, value in ranks[0]["params"].items():
+        assert torch.equal(value, ranks[1]["params"][name]), name
+    assert _state(tmp_path / "out")["world_size"] == 2 and len(_state(tmp_path / "out")["rng"]) == 2
+    with caplog.at_level("WARNING"):
+        pretrain(tiny_config(tmp_path, corpus, max_steps=8, **settings), resume=True, progress=False, callback=keep)
+    assert "processes: 2 -> 1 (each step now reads 1 batches of 16" in caplog.text
+    assert read == seen
+    state = _state(tmp_path / "out")
+    assert state["step"] == 8 and state["world_size"] == 1 and (state["epoch"], state["batch_in_epoch"]) == (1, 4)
+    records = read_log(tmp_path / "out" / "log.jsonl")
+    assert [r["world_size"] for r in records if r["event"] in ("start", "resume")] == [1, 2, 1]
+    assert [r["step"] for r in records if r["event"] == "train"] == list(range(1, 9))
 
 
 # ---------------------------------------------------------------- bad input
