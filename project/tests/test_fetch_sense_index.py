@@ -36,6 +36,10 @@ def test_extracts_the_pinned_file(tmp_path, monkeypatch):
     out = tmp_path / "wordnet" / "index.sense"
     fetch_sense_index.main(out, deb.parent)  # the .deb is in assets: nothing is downloaded
     assert out.read_bytes() == INDEX
+    folder = tmp_path / "into"  # a directory as OUTPUT: index.sense in it
+    folder.mkdir()
+    fetch_sense_index.main(folder, deb.parent)
+    assert (folder / "index.sense").read_bytes() == INDEX
 
 
 def test_a_changed_file_stops(tmp_path, monkeypatch):
