@@ -1,11 +1,14 @@
 """The English biLM's learning curve on corpus v3: tokens read since the
 shipped v5 (in ``pretrain-english``, 80% of them from the new sources)
 against the registry held-out slice's perplexity, the new sources' held-out
-perplexity and SemEval-2007 F1 (best layer), every shipped version marked.
+perplexity, SemEval-2007 F1 (best layer) and F1 on SemCor's held-out
+documents (``split-semcor``: centroids from the other nine tenths; 23,204
+instances against SemEval-2007's 455, so a change of a point is not noise),
+every shipped version marked.
 
 ``measure EXPORT``: measures an exported biLM (``pretrain``'s ``export/``,
 or the shipped model's directory) and records it as one point of
-``--curve`` (a point of the same label is replaced). ``plot``: draws the
+``--curve`` (a point of the same label is updated with what is measured). ``plot``: draws the
 curve.
 """
 import json
@@ -27,9 +30,10 @@ def read_curve(path: Path) -> List[Dict]:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
 
 
-def semeval_f1(export: Path, train: Path, test: Path, sense_index: Path) -> Dict:
-    """F1 per layer on the test set, by the package's ``wsd`` command (its
-    centroid cache makes a second measurement of one model cheap)."""
+def wsd_f1(export: Path, train: Path, test: Path, sense_index: Path) -> Dict:
+    """F1 per layer on the test set, centroids from ``train``, by the
+    package's ``wsd`` command (its centroid cache makes a second measurement
+    of one model cheap)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "wsd.json"
         subprocess.run([sys.executable, "-m", "spacy_elmo", "wsd", "--model", str(export), "--train", str(train),
@@ -45,24 +49,44 @@ def measure(
     label: str = typer.Option(..., help="The point's name (e.g. v5, or a run and step)"),
     tokens: int = typer.Option(..., help="Tokens read since the shipped v5 (the run's log: tokens_seen)"),
     shipped: Optional[str] = typer.Option(None, help="The version this export shipped as, if it did"),
+    parts: str = typer.Option(
+        "ppl,semeval,semcor", help="What to measure (a point of the same label keeps what is not measured again)"
+    ),
     heldout: Path = typer.Option(Path("corpus/pretrain3/heldout.txt")),
     heldout_v3: Path = typer.Option(Path("corpus/pretrain3/heldout_v3.txt")),
     wsd_train: Path = typer.Option(Path("../../shared/wsd/semcor.data.xml.gz")),
     wsd_test: Path = typer.Option(Path("../../shared/wsd/semeval2007.data.xml")),
+    semcor_split: Path = typer.Option(Path("assets/semcor_split"), help="`split-semcor`'s output"),
     sense_index: Path = typer.Option(Path("assets/wordnet/index.sense")),
     curve: Path = typer.Option(CURVE),
 ) -> None:
-    old, new, _ = perplexity_parts(export, [[heldout], [heldout_v3]])
-    f1 = semeval_f1(export, wsd_train, wsd_test, sense_index)
-    best = max((k for k in f1 if k != "mean"), key=lambda k: f1[k])
-    point = {"label": label, "tokens": tokens, "heldout_ppl": round(old["ppl"], 2),
-             "heldout_v3_ppl": round(new["ppl"], 2), "semeval2007_f1": {k: round(v, 1) for k, v in f1.items()},
-             "best_layer": best, "shipped": shipped}
-    points = [p for p in read_curve(curve) if p["label"] != label] + [point]
+    wanted = set(parts.split(","))
+    unknown = wanted - {"ppl", "semeval", "semcor"}
+    if unknown:
+        raise SystemExit(f"--parts: unknown {', '.join(sorted(unknown))} (ppl, semeval, semcor)")
+    points = read_curve(curve)
+    point = next((p for p in points if p["label"] == label), {"label": label})
+    point.update(tokens=tokens, shipped=shipped)
+    if "ppl" in wanted:
+        old, new, _ = perplexity_parts(export, [[heldout], [heldout_v3]])
+        point.update(heldout_ppl=round(old["ppl"], 2), heldout_v3_ppl=round(new["ppl"], 2))
+    if "semeval" in wanted:
+        f1 = wsd_f1(export, wsd_train, wsd_test, sense_index)
+        point["semeval2007_f1"] = {k: round(v, 1) for k, v in f1.items()}
+        point["best_layer"] = max((k for k in f1 if k != "mean"), key=lambda k: f1[k])
+    if "semcor" in wanted:
+        f1 = wsd_f1(export, semcor_split / "semcor_train.data.xml", semcor_split / "semcor_heldout.data.xml",
+                        sense_index)
+        point["semcor_heldout_f1"] = {k: round(v, 1) for k, v in f1.items()}
+    points = [p for p in points if p["label"] != label] + [point]
     points.sort(key=lambda p: p["tokens"])
     curve.parent.mkdir(parents=True, exist_ok=True)
     curve.write_text(json.dumps(points, indent=1) + "\n", encoding="utf-8")
     typer.echo(json.dumps(point))
+
+
+def _best(f1: Optional[Dict]) -> Optional[float]:
+    return max(v for k, v in f1.items() if k != "mean") if f1 else None
 
 
 @app.command()
@@ -78,11 +102,13 @@ def plot(curve: Path = typer.Option(CURVE), out: Path = typer.Option(Path("../do
     x = [p["tokens"] / 1e6 for p in points]
     panels = [("held-out perplexity, registry slice", [p["heldout_ppl"] for p in points]),
               ("held-out perplexity, new sources", [p["heldout_v3_ppl"] for p in points]),
-              ("SemEval-2007 F1, best layer", [p["semeval2007_f1"][p["best_layer"]] for p in points])]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for ax, (title, y) in zip(axes, panels):
-        ax.plot(x, y, marker="o", color="tab:blue")
-        for xi, yi, p in zip(x, y, points):
+              ("SemEval-2007 F1, best layer", [p["semeval2007_f1"][p["best_layer"]] for p in points]),
+              ("SemCor held-out documents F1, best layer", [_best(p.get("semcor_heldout_f1")) for p in points])]
+    fig, axes = plt.subplots(1, 4, figsize=(17, 3.6))
+    for ax, (title, values) in zip(axes, panels):
+        have = [(xi, yi, p) for xi, yi, p in zip(x, values, points) if yi is not None]
+        ax.plot([h[0] for h in have], [h[1] for h in have], marker="o", color="tab:blue")
+        for xi, yi, p in have:
             if p.get("shipped"):
                 ax.annotate(p["shipped"], (xi, yi), textcoords="offset points", xytext=(4, 6), color="tab:red")
                 ax.plot([xi], [yi], marker="*", markersize=12, color="tab:red")
