@@ -24,6 +24,8 @@ from spacy_elmo.pretrain.perplexity import perplexity_parts
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 CURVE = Path("metrics/english_curve.json")
+#: Least span of an F1 panel's axis, in points (SemEval-2007's standard error is about 2.3).
+MIN_F1_SPAN = 8.0
 
 
 def read_curve(path: Path) -> List[Dict]:
@@ -113,6 +115,10 @@ def plot(curve: Path = typer.Option(CURVE), out: Path = typer.Option(Path("../do
                 ax.annotate(p["shipped"], (xi, yi), textcoords="offset points", xytext=(4, 6), color="tab:red")
                 ax.plot([xi], [yi], marker="*", markersize=12, color="tab:red")
         ax.set_title(title, fontsize=10)
+        low, high = ax.get_ylim()
+        if "F1" in title and high - low < MIN_F1_SPAN:  # a tenth of a point must not fill the panel
+            middle = (low + high) / 2
+            ax.set_ylim(middle - MIN_F1_SPAN / 2, middle + MIN_F1_SPAN / 2)
         ax.set_xlabel("tokens read since v5 (millions)")
         ax.grid(alpha=0.3)
     fig.tight_layout()
