@@ -10,7 +10,7 @@ sentence has a neighbour among the centroids' sentences.
 import gzip
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
 
 import typer
 
@@ -45,12 +45,13 @@ def split(data: Path, out: Path, every: int) -> Dict[str, int]:
     out.mkdir(parents=True, exist_ok=True)
     for name, element in parts.items():
         ET.ElementTree(element).write(out / f"{name}.data.xml", encoding="UTF-8", xml_declaration=True)
-    keys = {name: [] for name in PARTS}  # type: Dict[str, list]
-    for line in read_bounded(keys_beside(data)).decode("utf-8").splitlines():
+    keys: Dict[str, List[str]] = {name: [] for name in PARTS}
+    key_file = keys_beside(data)
+    for line in read_bounded(key_file).decode("utf-8").splitlines():
         if line.strip():
             document = line.split(maxsplit=1)[0].rsplit(".", 2)[0]  # semcor.d000.s00000.t000 -> semcor.d000
             if document not in part_of:
-                raise SystemExit(f"{keys_beside(data)}: key {line.split()[0]!r} names no document of {data}")
+                raise SystemExit(f"{key_file}: key {line.split()[0]!r} names no document of {data}")
             keys[part_of[document]].append(line)
     for name, lines in keys.items():
         (out / f"{name}.gold.key.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
