@@ -32,7 +32,9 @@ class PretrainConfig:
     dev: List[str] = _setting(
         default_factory=list, help="Held-out text (repeatable); default: --dev-fraction of the training windows"
     )
-    options: Optional[str] = _setting(None, "biLM options JSON (model sizes)")
+    options: Optional[str] = _setting(
+        None, "biLM options JSON (model sizes); with --init, the model's own or a wider lstm.projection_dim (grown)"
+    )
     shape: Optional[str] = _setting(None, "Published shape instead of --options: small, medium or original")
     init: Optional[str] = _setting(
         None,

@@ -72,21 +72,38 @@ def load_softmax(path: Path, head: LMHead) -> None:
         raise ValueError(f"{path} does not fit this run's softmax: {err}") from None
 
 
-def init_from_export(model: Any, init_dir: Path, vocab: Vocab) -> None:
+def init_from_export(model: Any, init_dir: Path, vocab: Vocab, seed: int = 0) -> None:
     """Start a :class:`~.model.PretrainModel` from an exported model
     (``export`` or a published/shipped model directory): its biLM weights,
     and its softmax (``softmax.hdf5``) when it is there and was trained over
-    the same vocabulary. Optimizer, schedule and step start afresh."""
+    the same vocabulary. Optimizer, schedule and step start afresh. A model
+    whose options widen the exported one's projection starts from it grown
+    (:mod:`.grow`; ``seed`` draws the new columns)."""
     from ..bilm.weights import load_datasets, read_datasets
+    from .grow import grow_state
+    from .model import PretrainModel
 
     weights = init_dir / "weights.hdf5"
     if not weights.is_file():
         raise ValueError(f"--init {init_dir}: no weights.hdf5 there (give a directory written by `export`)")
-    load_datasets(model.bilm, read_datasets(weights, model.bilm.options))
+    init_options = BiLMOptions.from_file(init_dir / "options.json")
+    width, init_width = model.bilm.options.projection_dim, init_options.projection_dim
+    source = model
+    if width != init_width:
+        source = PretrainModel(init_options, model.head.vocab_size, cutoffs=model.head.cutoffs)
+    load_datasets(source.bilm, read_datasets(weights, source.bilm.options))
     softmax = init_dir / "softmax.hdf5"
     same_vocab = (init_dir / "vocab.txt").is_file() and Vocab.from_file(init_dir / "vocab.txt").words == vocab.words
-    if softmax.is_file() and same_vocab:
-        load_softmax(softmax, model.head)
+    with_softmax = softmax.is_file() and same_vocab
+    if with_softmax:
+        load_softmax(softmax, source.head)
+    if source is not model:
+        grown = grow_state(source.state_dict(), model.state_dict(), seed)
+        if not with_softmax:  # the run's own fresh softmax
+            grown = {k: v for k, v in grown.items() if k.startswith("bilm.")}
+        model.load_state_dict(grown, strict=with_softmax)
+        logger.info("grew the projection of %s from %d to %d dimensions", init_dir, init_width, width)
+    if with_softmax:
         logger.info("initialised the biLM and the softmax from %s", init_dir)
     else:
         logger.info("initialised the biLM from %s (softmax trained afresh: %s)", init_dir,

@@ -9,6 +9,7 @@ from torch import nn
 from ..bilm.model import BiLM
 from ..bilm.options import BiLMOptions
 from .config import PretrainConfig
+from .grow import check_growth
 from .lm_head import LMHead
 
 
@@ -33,16 +34,17 @@ class PretrainModel(nn.Module):
 
 
 def load_options(config: PretrainConfig) -> BiLMOptions:
-    """The biLM's options: those of ``--init``'s model, a published shape,
-    or an options file."""
+    """The biLM's options: those of ``--init``'s model (or ``--options``
+    that widen its projection: :mod:`.grow`), a published shape, or an
+    options file."""
     if config.init is not None:
         init_options = BiLMOptions.from_file(Path(config.init) / "options.json")
-        if config.options is not None and BiLMOptions.from_file(config.options).to_dict() != init_options.to_dict():
-            raise ValueError(
-                f"--options {config.options} differs from the options of the model in --init {config.init}; "
-                "leave --options out to continue that model"
-            )
-        return init_options
+        if config.options is None:
+            return init_options
+        options = BiLMOptions.from_file(config.options)
+        if options.to_dict() != init_options.to_dict():
+            check_growth(init_options, options, f"--options {config.options} and the model in --init {config.init}")
+        return options
     if config.shape is not None:
         from ..bilm.options import PUBLISHED_SHAPES, published_options
 

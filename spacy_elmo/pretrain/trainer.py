@@ -213,7 +213,7 @@ class _Run:
             start = (int(checkpoint["epoch"]), int(checkpoint["batch_in_epoch"]))
         else:
             if config.init:
-                init_from_export(self.model, Path(config.init), data.vocab)
+                init_from_export(self.model, Path(config.init), data.vocab, config.seed)
             # Different dropout masks on each rank; the weights are the same.
             torch.manual_seed(config.seed * 1000 + 1 + info.rank)
             self.step, self.tokens_seen = 0, 0
