@@ -8,8 +8,9 @@ every shipped version marked.
 
 ``measure EXPORT``: measures an exported biLM (``pretrain``'s ``export/``,
 or the shipped model's directory) and records it as one point of
-``--curve`` (a point of the same label is updated with what is measured). ``plot``: draws the
-curve.
+``--curve`` (a point of the same label is updated with what is measured),
+``--run`` naming the run it comes from and ``--start`` the point that run
+started from. ``plot``: draws the curve, a line per run from its start.
 """
 import json
 import subprocess
@@ -51,6 +52,8 @@ def measure(
     label: str = typer.Option(..., help="The point's name (e.g. v5, or a run and step)"),
     tokens: int = typer.Option(..., help="Tokens read since the shipped v5 (the run's log: tokens_seen)"),
     shipped: Optional[str] = typer.Option(None, help="The version this export shipped as, if it did"),
+    run: str = typer.Option("pretrain-english", help="The run the export comes from (a line of its own)"),
+    start: Optional[str] = typer.Option(None, help="The label of the point the run started from (v5, or a branch)"),
     parts: str = typer.Option(
         "ppl,semeval,semcor", help="What to measure (a point of the same label keeps what is not measured again)"
     ),
@@ -68,7 +71,11 @@ def measure(
         raise SystemExit(f"--parts: unknown {', '.join(sorted(unknown))} (ppl, semeval, semcor)")
     points = read_curve(curve)
     point = next((p for p in points if p["label"] == label), {"label": label})
-    point.update(tokens=tokens, shipped=shipped)
+    if start is not None and not any(p["label"] == start for p in points):
+        raise SystemExit(f"--start {start!r}: no point of that label in {curve}")
+    point.update(tokens=tokens, shipped=shipped, run=run)
+    if start is not None:
+        point["start"] = start
     if "ppl" in wanted:
         old, new, _ = perplexity_parts(export, [[heldout], [heldout_v3]])
         point.update(heldout_ppl=round(old["ppl"], 2), heldout_v3_ppl=round(new["ppl"], 2))
@@ -101,17 +108,26 @@ def plot(curve: Path = typer.Option(CURVE), out: Path = typer.Option(Path("../do
     points = read_curve(curve)
     if not points:
         raise SystemExit(f"{curve}: no points; run `measure` first")
-    x = [p["tokens"] / 1e6 for p in points]
-    panels = [("held-out perplexity, registry slice", [p["heldout_ppl"] for p in points]),
-              ("held-out perplexity, new sources", [p["heldout_v3_ppl"] for p in points]),
-              ("SemEval-2007 F1, best layer", [p["semeval2007_f1"][p["best_layer"]] for p in points]),
-              ("SemCor held-out documents F1, best layer", [_best(p.get("semcor_heldout_f1")) for p in points])]
+    by_label = {p["label"]: p for p in points}
+    runs: Dict[str, List[Dict]] = {}
+    for p in points:
+        runs.setdefault(p.get("run", "pretrain-english"), []).append(p)
+    for members in runs.values():
+        starts = [p["start"] for p in members if p.get("start") in by_label]
+        if starts:
+            members.insert(0, by_label[starts[0]])
+    panels = [("held-out perplexity, registry slice", lambda p: p.get("heldout_ppl")),
+              ("held-out perplexity, new sources", lambda p: p.get("heldout_v3_ppl")),
+              ("SemEval-2007 F1, best layer", lambda p: _best(p.get("semeval2007_f1"))),
+              ("SemCor held-out documents F1, best layer", lambda p: _best(p.get("semcor_heldout_f1")))]
     fig, axes = plt.subplots(1, 4, figsize=(17, 3.6))
-    for ax, (title, values) in zip(axes, panels):
-        have = [(xi, yi, p) for xi, yi, p in zip(x, values, points) if yi is not None]
-        ax.plot([h[0] for h in have], [h[1] for h in have], marker="o", color="tab:blue")
-        for xi, yi, p in have:
-            if p.get("shipped"):
+    for ax, (title, value) in zip(axes, panels):
+        for (name, members), colour in zip(runs.items(), ["tab:blue", "tab:green", "tab:orange", "tab:purple"]):
+            have = [(p["tokens"] / 1e6, value(p)) for p in members if value(p) is not None]
+            ax.plot([h[0] for h in have], [h[1] for h in have], marker="o", color=colour, label=name)
+        for p in points:
+            if p.get("shipped") and value(p) is not None:
+                xi, yi = p["tokens"] / 1e6, value(p)
                 ax.annotate(p["shipped"], (xi, yi), textcoords="offset points", xytext=(4, 6), color="tab:red")
                 ax.plot([xi], [yi], marker="*", markersize=12, color="tab:red")
         ax.set_title(title, fontsize=10)
@@ -121,6 +137,8 @@ def plot(curve: Path = typer.Option(CURVE), out: Path = typer.Option(Path("../do
             ax.set_ylim(middle - MIN_F1_SPAN / 2, middle + MIN_F1_SPAN / 2)
         ax.set_xlabel("tokens read since v5 (millions)")
         ax.grid(alpha=0.3)
+    if len(runs) > 1:
+        axes[0].legend(fontsize=8)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

@@ -1,0 +1,51 @@
+"""english_curve.py: a line per run, each from the point it started from."""
+import json
+
+import english_curve
+import pytest
+
+POINTS = [
+    {"label": "v5", "tokens": 0, "heldout_ppl": 87.6, "heldout_v3_ppl": 153.3, "shipped": "v5",
+     "semeval2007_f1": {"0": 36.0, "1": 46.6, "2": 50.8, "mean": 44.5}, "best_layer": "2",
+     "semcor_heldout_f1": {"0": 47.7, "1": 58.7, "2": 61.7, "mean": 56.0}},
+    {"label": "narrow 10M", "tokens": 10_000_000, "heldout_ppl": 91.9, "heldout_v3_ppl": 124.2, "run": "narrow",
+     "start": "v5", "semeval2007_f1": {"0": 36.3, "1": 46.2, "2": 49.7, "mean": 44.1}, "best_layer": "2"},
+    {"label": "wide 12M", "tokens": 12_000_000, "heldout_ppl": 91.0, "heldout_v3_ppl": 122.0, "run": "wide",
+     "start": "narrow 10M", "semeval2007_f1": {"0": 36.0, "1": 47.0, "2": 51.0, "mean": 44.7}, "best_layer": "2",
+     "semcor_heldout_f1": {"0": 47.7, "1": 59.0, "2": 62.5, "mean": 56.4}},
+]
+
+
+def test_each_run_is_drawn_from_the_point_it_started_from(tmp_path, monkeypatch):
+    curve = tmp_path / "curve.json"
+    curve.write_text(json.dumps(POINTS))
+    drawn = []
+
+    import matplotlib.axes
+
+    real_plot = matplotlib.axes.Axes.plot
+
+    def spy(ax, xs, ys, *args, **kwargs):
+        if kwargs.get("label"):
+            drawn.append((kwargs["label"], list(xs), list(ys)))
+        return real_plot(ax, xs, ys, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
+    english_curve.plot(curve=curve, out=tmp_path / "curve.png")
+    assert (tmp_path / "curve.png").stat().st_size > 10_000
+    # Four panels; the wide run starts at the narrow point it branched from, the narrow one at v5.
+    assert ("narrow", [0.0, 10.0], [87.6, 91.9]) in drawn
+    assert ("wide", [10.0, 12.0], [91.9, 91.0]) in drawn
+    assert ("wide", [10.0, 12.0], [49.7, 51.0]) in drawn
+    # A panel leaves out points that lack its figure (SemCor: not measured on "narrow 10M").
+    assert ("wide", [12.0], [62.5]) in drawn
+    assert len([d for d in drawn if d[0] == "wide"]) == 4
+
+
+def test_measure_refuses_an_unknown_start_before_measuring(tmp_path):
+    curve = tmp_path / "curve.json"
+    curve.write_text(json.dumps(POINTS))
+    with pytest.raises(SystemExit, match="--start 'nowhere': no point of that label"):
+        english_curve.measure(export=tmp_path / "missing", label="x", tokens=1, shipped=None, run="wide",
+                              start="nowhere", parts="ppl", curve=curve)
+    assert json.loads(curve.read_text()) == POINTS
