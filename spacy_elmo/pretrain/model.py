@@ -1,7 +1,7 @@
 """What is trained: the inference biLM plus one softmax shared by both
 directions, and the biLM options a run starts from."""
 from pathlib import Path
-from typing import Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -33,12 +33,17 @@ class PretrainModel(nn.Module):
         return self.head(self.top_layer(char_ids), targets)
 
 
-def load_options(config: PretrainConfig) -> BiLMOptions:
+def load_options(config: PretrainConfig, resumed: Optional[Dict[str, Any]] = None) -> BiLMOptions:
     """The biLM's options: those of ``--init``'s model (or ``--options``
     that widen its projection: :mod:`.grow`), a published shape, or an
-    options file."""
+    options file. ``resumed``: the options of the checkpoint a run resumes
+    from, used when its ``--init`` directory is gone (the checkpoint holds
+    the weights; ``--init`` mattered only at the start)."""
     if config.init is not None:
-        init_options = BiLMOptions.from_file(Path(config.init) / "options.json")
+        init_file = Path(config.init) / "options.json"
+        if resumed is not None and not init_file.is_file():
+            return BiLMOptions.from_file(config.options) if config.options else BiLMOptions.from_dict(resumed)
+        init_options = BiLMOptions.from_file(init_file)
         if config.options is None:
             return init_options
         options = BiLMOptions.from_file(config.options)

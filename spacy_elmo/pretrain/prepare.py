@@ -6,7 +6,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy
 
@@ -53,14 +53,19 @@ def read_corpora(config: PretrainConfig, cache_dir: Path, info: D.DistInfo) -> T
     return corpus, (read(config.dev) if config.dev else corpus)
 
 
-def build_vocab(config: PretrainConfig, corpus: Corpus, type_counts: numpy.ndarray) -> Vocab:
+def build_vocab(
+    config: PretrainConfig, corpus: Corpus, type_counts: numpy.ndarray, resumed: Optional[Sequence[str]] = None
+) -> Vocab:
     """``--vocab``, else the vocabulary of ``--init``'s model (so its softmax
-    carries over), else the most frequent training words."""
+    carries over; a resumed run whose ``--init`` directory is gone takes it
+    from its checkpoint, ``resumed``), else the most frequent training words."""
     init_vocab = Path(config.init) / "vocab.txt" if config.init else None
     if config.vocab:
         return Vocab.from_file(config.vocab)
     if init_vocab is not None and init_vocab.is_file():
         return Vocab.from_file(init_vocab)
+    if init_vocab is not None and resumed is not None:
+        return Vocab(list(resumed))
     return Vocab.build(
         Counter({corpus.types[i]: int(c) for i, c in enumerate(type_counts) if i >= N_RESERVED_TYPES and c > 0}),
         config.vocab_size,
@@ -85,10 +90,11 @@ def unigram_perplexity(
 
 def prepare_data(
     config: PretrainConfig, out: Path, max_chars: int, info: D.DistInfo,
-    check: Optional[Callable[[Vocab, str], None]] = None,
+    check: Optional[Callable[[Vocab, str], None]] = None, resumed_vocab: Optional[Sequence[str]] = None,
 ) -> RunData:
     """``check(vocab, fingerprint)`` runs as soon as those are known (the
-    resume checks), before the slower work."""
+    resume checks), before the slower work. ``resumed_vocab``: the
+    checkpoint's vocabulary (:func:`build_vocab`)."""
     corpus, dev_corpus = read_corpora(config, out / "corpus_cache", info)
     if dev_corpus is corpus:
         train_idx, dev_idx = split_dev(len(corpus), config.dev_fraction, config.max_dev_windows, config.seed)
@@ -99,7 +105,7 @@ def prepare_data(
     if dev_corpus is corpus:
         for w in dev_idx:
             numpy.subtract.at(type_counts, corpus.window(int(w)), 1)
-    vocab = build_vocab(config, corpus, type_counts)
+    vocab = build_vocab(config, corpus, type_counts, resumed_vocab)
     fingerprint = corpus.fingerprint()
     if check is not None:
         check(vocab, fingerprint)

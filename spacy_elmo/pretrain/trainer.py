@@ -143,14 +143,15 @@ def _pretrain(config, resume, progress, callback, info: D.DistInfo, device: torc
             logger.info("resuming from %s (step %d)", resumed_from, int(checkpoint["step"]))
     elif (folder / LAST).exists() or (folder / PREVIOUS).exists():
         raise ValueError(f"{out} already holds a checkpoint; use --resume to continue it or choose another output")
-    options = load_options(config)
+    options = load_options(config, checkpoint["options"] if checkpoint is not None else None)
     if checkpoint is not None:
         check_resume_options(checkpoint, options)
     check_output(out, info)
     resume_check = (
         (lambda vocab, fingerprint: check_resume_data(checkpoint, vocab, fingerprint)) if checkpoint else None
     )
-    data = prepare_data(config, out, options.max_characters_per_token, info, check=resume_check)
+    data = prepare_data(config, out, options.max_characters_per_token, info, check=resume_check,
+                        resumed_vocab=checkpoint["vocab"] if checkpoint is not None else None)
     options.extra["n_tokens_vocab"] = len(data.vocab)
     run = _Run(config, options, data, info, device, checkpoint)
     run.resumed_from = resumed_from.name if resumed_from else None

@@ -1,6 +1,6 @@
 """`pretrain --init MODEL --options WIDER`: a trained biLM grown to a wider
 projection computes what it was grown from, then learns in the new
-dimensions."""
+dimensions; a run from `--init` resumes without its init directory."""
 import json
 
 import numpy
@@ -123,3 +123,24 @@ def test_grow_state_refuses_shapes_it_cannot_grow():
         grow_state(small, {"w": torch.zeros(2, 3)}, seed=0)
     with pytest.raises(ValueError, match="has no v"):
         grow_state(small, {"v": torch.zeros(4, 3)}, seed=0)
+
+
+@pytest.mark.parametrize("grown", [False, True])
+def test_a_run_from_init_resumes_when_the_init_directory_is_gone(trained, grown):
+    """The checkpoint holds the weights, options and vocabulary: ``--init``
+    matters only at the start."""
+    import shutil
+
+    tmp, corpus, exported, _ = trained
+    init = tmp / f"init_copy_{grown}"
+    shutil.copytree(exported, init)
+    options = str(wider(tmp, 12)) if grown else None
+    output = f"resumed_{grown}"
+    first = tiny_config(tmp, corpus, output, max_steps=2, init=str(init), options=options, checkpoint_every=1)
+    assert pretrain(first, progress=False)["step"] == 2
+    shutil.rmtree(init)
+    longer = tiny_config(tmp, corpus, output, max_steps=3, init=str(init), options=options, checkpoint_every=1)
+    assert pretrain(longer, resume=True, progress=False)["step"] == 3
+    state = load_checkpoint(tmp / output / "checkpoints" / "last.pt")
+    assert state["options"]["lstm"]["projection_dim"] == (12 if grown else 8)
+    assert state["vocab"] == Vocab.from_file(exported / "vocab.txt").words
