@@ -25,6 +25,7 @@ from spacy_elmo.pretrain.perplexity import perplexity_parts
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 CURVE = Path("metrics/english_curve.json")
+SHIPPED = Path("../spacy_elmo/models/english")
 #: Least span of an F1 panel's axis, in points (SemEval-2007's standard error is about 2.3).
 MIN_F1_SPAN = 8.0
 
@@ -55,7 +56,9 @@ def measure(
     run: str = typer.Option("pretrain-english", help="The run the export comes from (a line of its own)"),
     start: Optional[str] = typer.Option(None, help="The label of the point the run started from (v5, or a branch)"),
     parts: str = typer.Option(
-        "ppl,semeval,semcor", help="What to measure (a point of the same label keeps what is not measured again)"
+        "ppl,semeval,semcor,grown",
+        help="What to measure (a point of the same label keeps what is not measured again); grown: the share of "
+        "the vectors in the dimensions a model grown from the shipped width added",
     ),
     heldout: Path = typer.Option(Path("corpus/pretrain3/heldout.txt")),
     heldout_v3: Path = typer.Option(Path("corpus/pretrain3/heldout_v3.txt")),
@@ -66,9 +69,9 @@ def measure(
     curve: Path = typer.Option(CURVE),
 ) -> None:
     wanted = set(parts.split(","))
-    unknown = wanted - {"ppl", "semeval", "semcor"}
+    unknown = wanted - {"ppl", "semeval", "semcor", "grown"}
     if unknown:
-        raise SystemExit(f"--parts: unknown {', '.join(sorted(unknown))} (ppl, semeval, semcor)")
+        raise SystemExit(f"--parts: unknown {', '.join(sorted(unknown))} (ppl, semeval, semcor, grown)")
     points = read_curve(curve)
     point = next((p for p in points if p["label"] == label), {"label": label})
     if start is not None and not any(p["label"] == start for p in points):
@@ -87,11 +90,34 @@ def measure(
         f1 = wsd_f1(export, semcor_split / "semcor_train.data.xml", semcor_split / "semcor_heldout.data.xml",
                         sense_index)
         point["semcor_heldout_f1"] = {k: round(v, 1) for k, v in f1.items()}
+    width = json.loads((SHIPPED / "options.json").read_text(encoding="utf-8"))["lstm"]["projection_dim"]
+    if "grown" in wanted and json.loads((export / "options.json").read_text())["lstm"]["projection_dim"] > width:
+        point["grown_share"] = grown_share(export, heldout_v3, width)
     points = [p for p in points if p["label"] != label] + [point]
     points.sort(key=lambda p: p["tokens"])
     curve.parent.mkdir(parents=True, exist_ok=True)
     curve.write_text(json.dumps(points, indent=1) + "\n", encoding="utf-8")
     typer.echo(json.dumps(point))
+
+
+def grown_share(export: Path, text: Path, width: int, lines: int = 300) -> Dict[str, float]:
+    """Per layer, the share of the vectors' squared norm that lies in the
+    dimensions a grown model added (those past ``width`` in each direction),
+    over the first ``lines`` lines of ``text``."""
+    import numpy
+    import spacy
+
+    from spacy_elmo.bilm.model import BiLM
+
+    model = BiLM.from_hdf5(export / "weights.hdf5", export / "options.json")
+    half = model.options.projection_dim
+    nlp = spacy.blank("en")
+    with text.open(encoding="utf-8") as fin:
+        texts = [line.strip() for _, line in zip(range(lines), fin) if line.strip()]
+    sentences = [[t.text for t in doc][:64] for doc in nlp.pipe(texts)]
+    vectors = numpy.concatenate(model.embed_sentences(sentences), axis=1)  # (L+1, tokens, 2 * half)
+    added = numpy.r_[width:half, half + width : 2 * half]
+    return {str(layer): round(float((v[:, added] ** 2).sum() / (v**2).sum()), 4) for layer, v in enumerate(vectors)}
 
 
 def _best(f1: Optional[Dict]) -> Optional[float]:

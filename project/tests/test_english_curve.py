@@ -49,3 +49,26 @@ def test_measure_refuses_an_unknown_start_before_measuring(tmp_path):
         english_curve.measure(export=tmp_path / "missing", label="x", tokens=1, shipped=None, run="wide",
                               start="nowhere", parts="ppl", curve=curve)
     assert json.loads(curve.read_text()) == POINTS
+
+
+def test_grown_share_is_zero_for_a_model_just_grown(tiny_run, tmp_path):
+    """A model grown to a wider projection has nothing in its new dimensions
+    until it trains; the old ones hold all of it."""
+    from spacy_elmo.bilm.options import BiLMOptions
+    from spacy_elmo.pretrain.export import init_from_export
+    from spacy_elmo.pretrain.model import PretrainModel
+    from spacy_elmo.pretrain.vocab import Vocab
+    from tests.helpers.models import small_options
+
+    exported = tiny_run / "export"
+    vocab = Vocab.from_file(exported / "vocab.txt")
+    model = PretrainModel(BiLMOptions.from_dict(small_options(**{"lstm.projection_dim": 12})), len(vocab))
+    init_from_export(model, exported, vocab, seed=1)
+    grown = tmp_path / "grown"
+    grown.mkdir()
+    model.bilm.to_hdf5(grown / "weights.hdf5", grown / "options.json")
+    text = tmp_path / "text.txt"
+    text.write_text("The cat sees the red ball .\nOur teacher likes some bread again .\n", encoding="utf-8")
+    assert english_curve.grown_share(grown, text, width=8) == {"0": 0.0, "1": 0.0, "2": 0.0}
+    shares = english_curve.grown_share(grown, text, width=4)
+    assert all(0.0 < share < 1.0 for share in shares.values())
