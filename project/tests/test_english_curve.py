@@ -51,9 +51,9 @@ def test_measure_refuses_an_unknown_start_before_measuring(tmp_path):
     assert json.loads(curve.read_text()) == POINTS
 
 
-def test_grown_share_is_zero_for_a_model_just_grown(tiny_run, tmp_path):
-    """A model grown to a wider projection has nothing in its new dimensions
-    until it trains; the old ones hold all of it."""
+def test_grown_share_measures_the_dimensions_past_the_width(tiny_run, tmp_path):
+    """The share of a grown model's vectors in its new dimensions: none past
+    its own width, some past the width it grew from, all past zero."""
     from spacy_elmo.bilm.options import BiLMOptions
     from spacy_elmo.pretrain.export import init_from_export
     from spacy_elmo.pretrain.model import PretrainModel
@@ -69,6 +69,7 @@ def test_grown_share_is_zero_for_a_model_just_grown(tiny_run, tmp_path):
     model.bilm.to_hdf5(grown / "weights.hdf5", grown / "options.json")
     text = tmp_path / "text.txt"
     text.write_text("The cat sees the red ball .\nOur teacher likes some bread again .\n", encoding="utf-8")
-    assert english_curve.grown_share(grown, text, width=8) == {"0": 0.0, "1": 0.0, "2": 0.0}
-    shares = english_curve.grown_share(grown, text, width=4)
-    assert all(0.0 < share < 1.0 for share in shares.values())
+    assert english_curve.grown_share(grown, text, width=12) == {"0": 0.0, "1": 0.0, "2": 0.0}
+    assert english_curve.grown_share(grown, text, width=0) == {"0": 1.0, "1": 1.0, "2": 1.0}
+    shares = english_curve.grown_share(grown, text, width=8)
+    assert all(0.01 < share < 0.99 for share in shares.values())

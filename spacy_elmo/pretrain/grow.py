@@ -3,19 +3,23 @@
 ``pretrain --init MODEL --options WIDER.json``, where the options differ from
 MODEL's only by a larger ``lstm.projection_dim``, starts from MODEL grown to
 that width. The grown model computes exactly what MODEL computes: its
-vectors are MODEL's in the first dimensions of each direction and zero in the
-new ones, and its softmax gives the same distribution (so its held-out
-perplexity at step 0 is MODEL's). Training then fills the new dimensions.
+vectors are MODEL's in the first dimensions of each direction, and its
+softmax gives the same distribution (so its held-out perplexity at step 0
+is MODEL's). The new dimensions are random projections of what each layer
+projects (an LSTM's 1024-wide cell output, the char-CNN's highway output),
+and training goes on from there.
 
 How: every matrix that *writes* a projected dimension (the token
 projection, each LSTM's output projection, the hidden layer of each tail
-cluster of the adaptive softmax) gets zero rows for the new dimensions, and
-every matrix that *reads* one (the LSTMs' input and recurrent weights, the
-softmax's head and tail projections) gets new columns drawn at random with
-the spread of the columns it already has. The new dimensions are zero, so
-the random columns change nothing at first, and they carry the gradient
-back to the zero rows, which therefore learn from the first step (zero
-readers and zero writers both would leave them at zero for ever).
+cluster of the adaptive softmax) gets new rows drawn at random with the
+spread of the rows it has, and every matrix that *reads* one (the LSTMs'
+input and recurrent weights, the softmax's head and tail projections) gets
+zero columns for the new dimensions: nothing reads them at first, so the
+model's function is unchanged, and the zero columns learn from the first
+step (their gradient is the error times the new dimensions, which are not
+zero). The other way round (zero writers, random readers) also preserves
+the function, but its new dimensions start at zero and, at a continuation's
+learning rate, barely move: docs/pretraining.md has the measurements.
 """
 import dataclasses
 from typing import Dict
@@ -52,7 +56,7 @@ def grow_state(
 ) -> Dict[str, torch.Tensor]:
     """The grown state dict: ``target`` gives the shapes (a model of the wider
     options, built with the same vocabulary and cutoffs), ``source`` the
-    trained values. The random columns are drawn from a generator seeded by
+    trained values. The random rows are drawn from a generator seeded by
     ``seed``, so every process of a run grows the same model."""
     generator = torch.Generator().manual_seed(seed)
     grown: Dict[str, torch.Tensor] = {}
@@ -62,16 +66,16 @@ def grow_state(
         old = source[name]
         if old.dim() != shape_of.dim() or any(o > n for o, n in zip(old.shape, shape_of.shape)):
             raise ValueError(f"cannot grow {name} from {tuple(old.shape)} to {tuple(shape_of.shape)}")
+        # New columns (readers of new dimensions) stay zero.
         new = torch.zeros(shape_of.shape, dtype=old.dtype)
         if old.dim() >= 2:
             rows, cols = old.shape[-2], old.shape[-1]
-            if shape_of.shape[-1] > cols:
-                # New columns of the rows the model has: readers of new dimensions.
-                spread = float(old.float().std()) if old.numel() > 1 else 0.0
-                extra = torch.randn(*old.shape[:-1], shape_of.shape[-1] - cols, generator=generator) * spread
-                new[..., :rows, cols:] = extra.to(old.dtype)
-            # New rows (writers of new dimensions) stay zero.
             new[..., :rows, :cols] = old
+            if shape_of.shape[-2] > rows:
+                # New rows, over the inputs the model has: writers of new dimensions.
+                spread = float(old.float().std()) if old.numel() > 1 else 0.0
+                extra = torch.randn(*old.shape[:-2], shape_of.shape[-2] - rows, cols, generator=generator) * spread
+                new[..., rows:, :cols] = extra.to(old.dtype)
         else:
             new[: old.shape[0]] = old
         grown[name] = new
