@@ -78,7 +78,7 @@ def init_from_export(model: Any, init_dir: Path, vocab: Vocab, seed: int = 0) ->
     and its softmax (``softmax.hdf5``) when it is there and was trained over
     the same vocabulary. Optimizer, schedule and step start afresh. A model
     whose options widen the exported one's projection starts from it grown
-    (:mod:`.grow`; ``seed`` draws the new columns)."""
+    (:mod:`.grow`; ``seed`` draws the new rows)."""
     from ..bilm.weights import load_datasets, read_datasets
     from .grow import grow_state
     from .model import PretrainModel
