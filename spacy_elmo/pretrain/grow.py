@@ -6,7 +6,7 @@ that width. The grown model computes exactly what MODEL computes: its
 vectors are MODEL's in the first dimensions of each direction, and its
 softmax gives the same distribution (so its held-out perplexity at step 0
 is MODEL's). The new dimensions are random projections of what each layer
-projects (an LSTM's 1024-wide cell output, the char-CNN's highway output),
+projects (an LSTM's cell output, the char-CNN's highway output),
 and training goes on from there.
 
 How: every matrix that *writes* a projected dimension (the token
