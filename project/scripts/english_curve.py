@@ -90,9 +90,10 @@ def measure(
         f1 = wsd_f1(export, semcor_split / "semcor_train.data.xml", semcor_split / "semcor_heldout.data.xml",
                         sense_index)
         point["semcor_heldout_f1"] = {k: round(v, 1) for k, v in f1.items()}
-    width = json.loads((SHIPPED / "options.json").read_text(encoding="utf-8"))["lstm"]["projection_dim"]
-    if "grown" in wanted and json.loads((export / "options.json").read_text())["lstm"]["projection_dim"] > width:
-        point["grown_share"] = grown_share(export, heldout_v3, width)
+    if "grown" in wanted:
+        width = json.loads((SHIPPED / "options.json").read_text(encoding="utf-8"))["lstm"]["projection_dim"]
+        if json.loads((export / "options.json").read_text(encoding="utf-8"))["lstm"]["projection_dim"] > width:
+            point["grown_share"] = grown_share(export, heldout_v3, width)
     points = [p for p in points if p["label"] != label] + [point]
     points.sort(key=lambda p: p["tokens"])
     curve.parent.mkdir(parents=True, exist_ok=True)

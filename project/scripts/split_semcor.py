@@ -7,33 +7,20 @@ Writes ``semcor_train`` and ``semcor_heldout`` (``.data.xml`` and
 OUTPUT/semcor_heldout.data.xml``. Whole documents go one way, so no held-out
 sentence has a neighbour among the centroids' sentences.
 """
-import gzip
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Dict, List
 
 import typer
 
-from spacy_elmo.senses.wsd import keys_beside
+from spacy_elmo.senses.wsd import MAX_KEY_BYTES, MAX_XML_BYTES, keys_beside, read_bounded
 
-#: Most bytes read from the data file or the key file, decompressed (SemCor: 41 MB and 8 MB).
-MAX_BYTES = 256 << 20
 PARTS = ("semcor_train", "semcor_heldout")
-
-
-def read_bounded(path: Path) -> bytes:
-    with open(path, "rb") as raw:
-        gzipped = raw.read(2) == b"\x1f\x8b"
-    with (gzip.open if gzipped else open)(path, "rb") as fin:
-        data = fin.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
-        raise SystemExit(f"{path}: more than {MAX_BYTES} bytes; is it SemCor in the framework's format?")
-    return data
 
 
 def split(data: Path, out: Path, every: int) -> Dict[str, int]:
     """Write the two parts; returns the number of documents in each."""
-    root = ET.fromstring(read_bounded(data))
+    root = ET.fromstring(read_bounded(data, MAX_XML_BYTES, "data file"))
     parts = {name: ET.Element(root.tag, root.attrib) for name in PARTS}
     part_of: Dict[str, str] = {}
     for number, text in enumerate(root.findall("text")):
@@ -47,7 +34,7 @@ def split(data: Path, out: Path, every: int) -> Dict[str, int]:
         ET.ElementTree(element).write(out / f"{name}.data.xml", encoding="UTF-8", xml_declaration=True)
     keys: Dict[str, List[str]] = {name: [] for name in PARTS}
     key_file = keys_beside(data)
-    for line in read_bounded(key_file).decode("utf-8").splitlines():
+    for line in read_bounded(key_file, MAX_KEY_BYTES, "gold key file").decode("utf-8").splitlines():
         if line.strip():
             document = line.split(maxsplit=1)[0].rsplit(".", 2)[0]  # semcor.d000.s00000.t000 -> semcor.d000
             if document not in part_of:

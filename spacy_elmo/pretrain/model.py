@@ -47,8 +47,7 @@ def load_options(config: PretrainConfig, resumed: Optional[Dict[str, Any]] = Non
         if config.options is None:
             return init_options
         options = BiLMOptions.from_file(config.options)
-        if options.to_dict() != init_options.to_dict():
-            check_growth(init_options, options, f"--options {config.options} and the model in --init {config.init}")
+        check_growth(init_options, options, f"--options {config.options} and the model in --init {config.init}")
         return options
     if config.shape is not None:
         from ..bilm.options import PUBLISHED_SHAPES, published_options

@@ -126,7 +126,7 @@ class WSDSet:
     files: Tuple[str, ...] = ()
 
 
-def _read_bounded(path: Path, limit: int, what: str) -> bytes:
+def read_bounded(path: Path, limit: int, what: str) -> bytes:
     """The bytes of ``path``, gunzipped when it starts with gzip's magic
     bytes, refusing more than ``limit`` bytes (decompressed)."""
     with open(path, "rb") as raw:
@@ -263,7 +263,7 @@ def key_pos(key: str) -> Optional[Tuple[str, str]]:
 
 
 def _read_keys(path: Path, instances: List[Instance], data_path: Path) -> Tuple[List[Instance], bytes]:
-    data = _read_bounded(path, MAX_KEY_BYTES, "gold key file")
+    data = read_bounded(path, MAX_KEY_BYTES, "gold key file")
     by_id = {inst.id: i for i, inst in enumerate(instances)}
     if len(by_id) != len(instances):
         twice = next(i for i, n in Counter(inst.id for inst in instances).items() if n > 1)
@@ -323,7 +323,7 @@ def read_set(data: PathLike, keys: Optional[PathLike] = None, name: Optional[str
     (default: :func:`keys_beside`), checked against each other."""
     data = Path(data)
     keys = Path(keys) if keys is not None else keys_beside(data)
-    raw = _read_bounded(data, MAX_XML_BYTES, "data file")
+    raw = read_bounded(data, MAX_XML_BYTES, "data file")
     sentences, instances = _parse_xml(data, raw)
     instances, raw_keys = _read_keys(keys, instances, data)
     digest = hashlib.sha256()
@@ -392,7 +392,7 @@ def read_sense_index(path: PathLike) -> SenseIndex:
             "project/)",
             str(path),
         )
-    data = _read_bounded(path, MAX_INDEX_BYTES, "sense index")
+    data = read_bounded(path, MAX_INDEX_BYTES, "sense index")
     numbers: Dict[str, int] = {}
     first: Dict[Tuple[str, str], str] = {}
     for number, fields in _key_lines(path, data):
