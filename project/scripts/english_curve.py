@@ -11,8 +11,11 @@ or the shipped model's directory) and records it as one point of
 ``--curve`` (a point of the same label is updated with what is measured),
 ``--run`` naming the run it comes from and ``--start`` the point that run
 started from. ``plot``: draws the curve, a line per run from its start.
+``rate RUN``: the run's reading speed between two steps, from its own
+``tokens_per_s`` records (median) and ``tokens_seen`` (tokens an hour).
 """
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -22,6 +25,7 @@ from typing import Dict, List, Optional
 import typer
 
 from spacy_elmo.pretrain.perplexity import perplexity_parts
+from spacy_elmo.pretrain.runlog import read_log
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 CURVE = Path("metrics/english_curve.json")
@@ -170,6 +174,34 @@ def plot(curve: Path = typer.Option(CURVE), out: Path = typer.Option(Path("../do
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     typer.echo(f"wrote {out}")
+
+
+def reading_rate(log: Path, first: int, last: int) -> Dict[str, object]:
+    """Median ``tokens_per_s`` of the train records of steps ``first`` to
+    ``last`` and, from the first and last of them (``tokens_seen``, the
+    records' times), the tokens read an hour, checkpoints and evaluations
+    included. The steps must lie within one leg of the run (no resume
+    between them)."""
+    records = read_log(log)
+    train = [r for r in records if r.get("event") == "train" and first <= r["step"] <= last]
+    if len(train) < 2:
+        raise SystemExit(f"{log}: fewer than two train records between steps {first} and {last}")
+    begin, end = train[0], train[-1]
+    resumed = [r["step"] for r in records if r.get("event") == "resume" and begin["step"] <= r["step"] < end["step"]]
+    if resumed:
+        raise SystemExit(f"{log}: the run was resumed at step {resumed[0]}, between steps {begin['step']} and "
+                         f"{end['step']}: pick steps of one leg")
+    per_second = (end["tokens_seen"] - begin["tokens_seen"]) / (end["time"] - begin["time"])
+    return {"steps": f"{begin['step']}-{end['step']}", "records": len(train),
+            "median_tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in train)),
+            "tokens_per_hour": round(per_second * 3600)}
+
+
+@app.command()
+def rate(run: Path = typer.Argument(..., help="A pretraining output directory (its log.jsonl)"),
+         first: int = typer.Option(0, help="First step"), last: int = typer.Option(10**9, help="Last step")) -> None:
+    """A run's reading speed between two steps of one leg."""
+    typer.echo(json.dumps(reading_rate(run / "log.jsonl", first, last)))
 
 
 if __name__ == "__main__":

@@ -73,3 +73,21 @@ def test_grown_share_measures_the_dimensions_past_the_width(tiny_run, tmp_path):
     assert english_curve.grown_share(grown, text, width=0) == {"0": 1.0, "1": 1.0, "2": 1.0}
     shares = english_curve.grown_share(grown, text, width=8)
     assert all(0.01 < share < 0.99 for share in shares.values())
+
+
+def test_rate_reads_one_leg_of_a_run_log_and_refuses_a_resume_between(tmp_path):
+    log = tmp_path / "log.jsonl"
+    records = [{"event": "start"}]
+    for step, speed in ((10, 1000.0), (20, 3000.0), (30, 2000.0)):
+        records.append({"event": "train", "step": step, "tokens_per_s": speed, "tokens_seen": step * 100,
+                        "time": 1000.0 + step * 2})
+    records.append({"event": "resume", "step": 30})
+    records.append({"event": "train", "step": 40, "tokens_per_s": 9000.0, "tokens_seen": 4000, "time": 5.0})
+    log.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    # Steps 10-30: median of 1,000/3,000/2,000; 2,000 tokens in 40 s.
+    assert english_curve.reading_rate(log, 10, 30) == {
+        "steps": "10-30", "records": 3, "median_tokens_per_s": 2000, "tokens_per_hour": 180000}
+    with pytest.raises(SystemExit, match="resumed at step 30"):
+        english_curve.reading_rate(log, 10, 40)
+    with pytest.raises(SystemExit, match="fewer than two"):
+        english_curve.reading_rate(log, 35, 50)
