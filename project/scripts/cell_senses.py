@@ -12,9 +12,9 @@ shipped one can at most expose what the cells' outputs carry.
 
 ``python scripts/cell_senses.py EXPORT [EXPORT ...] --label NAME ...``
 prints, per model, F1 per layer of the cells' outputs and records it in
-``--out`` (one entry per label). The recurrence is the exact layer's
-(:class:`spacy_elmo.bilm.lstm.BiProjectedLSTMLayer`), written out step by
-step to keep ``m``; every batch's projected outputs are checked against
+``--out`` (one entry per label). The recurrence steps the exact layer's
+cell (:class:`spacy_elmo.bilm.lstm.BiProjectedLSTMLayer`) one position at a
+time to keep ``m``; every batch's projected outputs are checked against
 the biLM's own before its cells are used.
 """
 import json
@@ -54,19 +54,12 @@ def run_layers(bilm: BiLM, char_ids: torch.Tensor):
         h = x.new_zeros(2, x.shape[2], layer.projection_dim)
         c = x.new_zeros(2, x.shape[2], layer.cell_dim)
         w_hh = layer.weight_hh.transpose(1, 2)
-        w_proj = layer.weight_proj.transpose(1, 2)
         hs, ms = [], []
         for t in range(x.shape[1]):
-            i, f, g, o = torch.baddbmm(xw[:, t], h, w_hh).chunk(4, dim=-1)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            if layer.cell_clip is not None:
-                c = c.clamp(-layer.cell_clip, layer.cell_clip)
-            m = torch.sigmoid(o) * torch.tanh(c)
-            h = torch.bmm(m, w_proj)
-            if layer.proj_clip is not None:
-                h = h.clamp(-layer.proj_clip, layer.proj_clip)
+            gates = torch.baddbmm(xw[:, t], h, w_hh)
+            h, c = layer._cell(gates, c)  # the layer's own cell: clipped c, projected and clipped h
             hs.append(h)
-            ms.append(m)
+            ms.append(torch.sigmoid(gates.chunk(4, dim=-1)[3]) * torch.tanh(c))  # what the projection reads
         out = torch.stack(hs, dim=1)  # (2, T, B, P)
         if index > 0 and bilm.options.use_skip_connections:
             out = out + x
