@@ -22,22 +22,26 @@ MAX_SLICE_BYTES = 8 * 2**30
 
 def cache_key(files: Sequence[Path], lang: str, max_tokens: int, max_line_chars: int, strict: bool) -> str:
     """A hash of what a read depends on: every input file's resolved path,
-    size and modification time, the reading settings and the spaCy version
-    (whose tokenizer splits the text). Contents are not hashed: a file
-    rewritten in place with the same size within the same nanosecond would
-    be missed, and hashing gigabytes on every start is what the cache saves."""
+    size and modification time, the reading settings and, where a file is
+    text to tokenise (not a ``.npz`` slice), the spaCy version (whose
+    tokenizer splits the text). Contents are not hashed: a file rewritten in
+    place with the same size within the same nanosecond would be missed, and
+    hashing gigabytes on every start is what the cache saves."""
     import hashlib
     import json
 
-    import spacy
+    spacy_version = None
+    if any(path.suffix != ".npz" for path in files):
+        import spacy
 
+        spacy_version = spacy.__version__
     stamps = []
     for path in files:
         st = path.stat()
         stamps.append([str(path.resolve()), st.st_size, st.st_mtime_ns])
     key = {
         "format": CACHE_FORMAT, "files": stamps, "lang": lang, "max_tokens": max_tokens,
-        "max_line_chars": max_line_chars, "strict": strict, "spacy": spacy.__version__,
+        "max_line_chars": max_line_chars, "strict": strict, "spacy": spacy_version,
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()
 

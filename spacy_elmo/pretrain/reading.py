@@ -170,24 +170,27 @@ def read_corpus(
             except Exception as err:  # full disk, read-only output...: the corpus is in memory
                 logger.warning("could not write the corpus cache %s: %s", cache, err)
         return loaded
-    import spacy
-
-    nlp = spacy.blank(lang)
-    tokenizer: Any = nlp.tokenizer  # a Tokenizer (spaCy types the attribute as a callable)
     corpus = corpus if corpus is not None else Corpus()
     stats = corpus.stats
+    nlp: Any = None  # spaCy's tokenizer, made at the first file that is not a slice: slices need no spaCy
     for path in list_files(paths):
         stats.files += 1
         before = stats.windows
         if path.suffix == ".npz":
             corpus.extend(load_slice(path, lang, max_tokens))
-        elif path.suffix == ".spacy":
+            logger.info("%s: %d windows", path, stats.windows - before)
+            continue
+        if nlp is None:
+            import spacy
+
+            nlp = spacy.blank(lang)
+        if path.suffix == ".spacy":
             for tokens in _spacy_file_windows(path, nlp, strict, stats):
                 for window in _windows(tokens, max_tokens):
                     corpus.add_window(window)
         else:
             lines = read_lines(path, stats, max_line_chars, strict)
-            for doc in tokenizer.pipe(_counting(lines, stats), batch_size=256):
+            for doc in nlp.tokenizer.pipe(_counting(lines, stats), batch_size=256):
                 tokens = [t.text for t in doc if not t.is_space]
                 for window in _windows(tokens, max_tokens):
                     corpus.add_window(window)

@@ -91,3 +91,27 @@ def test_tokenise_command_writes_a_slice_pretrain_reads(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "spacy_elmo", "tokenise", str(a), "-o", str(tmp_path / "x.txt")],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "error: --output" in bad.stderr and "x.npz" in bad.stderr
+
+
+def test_slices_are_read_and_cached_without_spacy(tmp_path):
+    """A machine with torch but no spaCy (a GPU box) trains on slices: reading
+    them, and the corpus cache's key, must not import spaCy; text still does."""
+    a, b = _texts(tmp_path)
+    sliced = _slice([a, b], tmp_path / "ab.npz", 8)
+    expected = read_corpus([a, b], max_tokens=8).fingerprint()
+    script = (
+        "import sys\n"
+        "sys.modules['spacy'] = None\n"
+        "from spacy_elmo.pretrain.reading import read_corpus\n"
+        f"cache = {str(tmp_path / 'cache')!r}\n"
+        f"print(read_corpus([{str(sliced)!r}], max_tokens=8, cache_dir=cache).fingerprint())\n"
+        f"print(read_corpus([{str(sliced)!r}], max_tokens=8, cache_dir=cache).fingerprint())\n"
+        "try:\n"
+        f"    read_corpus([{str(a)!r}], max_tokens=8)\n"
+        "except ImportError:\n"
+        "    print('text needs spacy')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == [expected, expected, "text", "needs", "spacy"]
+    assert len(list((tmp_path / "cache").glob("corpus-*.npz"))) == 1
