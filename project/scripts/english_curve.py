@@ -30,6 +30,8 @@ from spacy_elmo.pretrain.runlog import read_log
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 CURVE = Path("metrics/english_curve.json")
 SHIPPED = Path("../spacy_elmo/models/english")
+#: A colour per run, in the order the runs first appear (cycled past the last).
+RUN_COLOURS = ["tab:blue", "tab:green", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
 #: Least span of an F1 panel's axis, in points (SemEval-2007's standard error is about 2.3).
 MIN_F1_SPAN = 8.0
 
@@ -153,7 +155,8 @@ def plot(curve: Path = typer.Option(CURVE), out: Path = typer.Option(Path("../do
               ("SemCor held-out documents F1, best layer", lambda p: _best(p.get("semcor_heldout_f1")))]
     fig, axes = plt.subplots(1, 4, figsize=(17, 3.6))
     for ax, (title, value) in zip(axes, panels):
-        for (name, members), colour in zip(runs.items(), ["tab:blue", "tab:green", "tab:orange", "tab:purple"]):
+        for i, (name, members) in enumerate(runs.items()):
+            colour = RUN_COLOURS[i % len(RUN_COLOURS)]
             have = [(p["tokens"] / 1e6, value(p)) for p in members if value(p) is not None]
             ax.plot([h[0] for h in have], [h[1] for h in have], marker="o", color=colour, label=name)
         for p in points:

@@ -42,6 +42,34 @@ def test_each_run_is_drawn_from_the_point_it_started_from(tmp_path, monkeypatch)
     assert len([d for d in drawn if d[0] == "wide"]) == 4
 
 
+def test_every_run_is_drawn_in_a_colour_of_its_own(tmp_path, monkeypatch):
+    """More runs than colours: none is left out, and neighbours differ."""
+    points = [dict(POINTS[0])] + [
+        {"label": f"run {i}", "tokens": 1_000_000 * (i + 1), "heldout_ppl": 90.0 + i, "run": f"run {i}", "start": "v5"}
+        for i in range(len(english_curve.RUN_COLOURS) + 1)
+    ]
+    curve = tmp_path / "curve.json"
+    curve.write_text(json.dumps(points))
+    drawn = []
+
+    import matplotlib.axes
+
+    real_plot = matplotlib.axes.Axes.plot
+
+    def spy(ax, xs, ys, *args, **kwargs):
+        if kwargs.get("label"):
+            drawn.append((ax, kwargs["label"], kwargs["color"]))
+        return real_plot(ax, xs, ys, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
+    english_curve.plot(curve=curve, out=tmp_path / "curve.png")
+    first_panel = [(label, colour) for ax, label, colour in drawn if ax is drawn[0][0]]
+    # v5 has no run of its own: it is "pretrain-english", drawn first
+    assert [label for label, _ in first_panel] == ["pretrain-english"] + [f"run {i}" for i in range(len(points) - 1)]
+    colours = [colour for _, colour in first_panel]
+    assert all(a != b for a, b in zip(colours, colours[1:]))
+
+
 def test_measure_refuses_an_unknown_start_before_measuring(tmp_path):
     curve = tmp_path / "curve.json"
     curve.write_text(json.dumps(POINTS))
