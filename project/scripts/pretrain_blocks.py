@@ -98,8 +98,11 @@ def main(
         if stop["requested"] or (left is not None and left <= 0):
             break
         if not wait_for(files, wait if left is None else min(wait, left)):
-            typer.echo(f"block {k}: slices missing after {wait:.0f} s: {[str(p) for p in files if not p.exists()]}")
-            break
+            missing = ", ".join(str(p) for p in files if not p.exists())
+            typer.echo(f"last export: {previous}")
+            typer.echo(f"error: block {k}: slices missing (waited {wait:.0f} s at most): {missing}; the blocks "
+                       f"before it are done (blocks.json)", err=True)
+            raise typer.Exit(1)
         left = None if deadline is None else deadline * 60 - (time.monotonic() - start)
         steps = math.ceil(sum(slice_windows(p) for p in files) / batch_size)
         run = out / f"block-{k}"

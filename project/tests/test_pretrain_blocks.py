@@ -24,7 +24,7 @@ def test_blocks_read_each_slice_once_and_chain_their_exports(tiny_run, tmp_path)
         "--batch-size", "16", "--warmup-steps", "1", "--eval-every", "100", "--checkpoint-every", "100",
         "--block", str(a), "--block", f"{b} {a}", "--block", str(tmp_path / "missing.npz"),
     ])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # the third block's slice is missing
     blocks = json.loads((out / "blocks.json").read_text())
     assert [r["slices"] for r in blocks] == [["a.npz"], ["b.npz", "a.npz"]]
     windows_a, windows_b = corpus_a.stats.windows, corpus_b.stats.windows
