@@ -16,22 +16,28 @@ POINTS = [
 ]
 
 
-def test_each_run_is_drawn_from_the_point_it_started_from(tmp_path, monkeypatch):
-    curve = tmp_path / "curve.json"
-    curve.write_text(json.dumps(POINTS))
-    drawn = []
-
+def _spy_on_lines(monkeypatch):
+    """The labelled lines the plot draws, as (axes, label, xs, ys, colour), in order."""
     import matplotlib.axes
 
+    drawn = []
     real_plot = matplotlib.axes.Axes.plot
 
     def spy(ax, xs, ys, *args, **kwargs):
         if kwargs.get("label"):
-            drawn.append((kwargs["label"], list(xs), list(ys)))
+            drawn.append((ax, kwargs["label"], list(xs), list(ys), kwargs.get("color")))
         return real_plot(ax, xs, ys, *args, **kwargs)
 
     monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
+    return drawn
+
+
+def test_each_run_is_drawn_from_the_point_it_started_from(tmp_path, monkeypatch):
+    curve = tmp_path / "curve.json"
+    curve.write_text(json.dumps(POINTS))
+    lines = _spy_on_lines(monkeypatch)
     english_curve.plot(curve=curve, out=tmp_path / "curve.png")
+    drawn = [(label, xs, ys) for _, label, xs, ys, _ in lines]
     assert (tmp_path / "curve.png").stat().st_size > 10_000
     # Four panels; the wide run starts at the narrow point it branched from, the narrow one at v5.
     assert ("narrow", [0.0, 10.0], [87.6, 91.9]) in drawn
@@ -50,20 +56,9 @@ def test_every_run_is_drawn_in_a_colour_of_its_own(tmp_path, monkeypatch):
     ]
     curve = tmp_path / "curve.json"
     curve.write_text(json.dumps(points))
-    drawn = []
-
-    import matplotlib.axes
-
-    real_plot = matplotlib.axes.Axes.plot
-
-    def spy(ax, xs, ys, *args, **kwargs):
-        if kwargs.get("label"):
-            drawn.append((ax, kwargs["label"], kwargs["color"]))
-        return real_plot(ax, xs, ys, *args, **kwargs)
-
-    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
+    drawn = _spy_on_lines(monkeypatch)
     english_curve.plot(curve=curve, out=tmp_path / "curve.png")
-    first_panel = [(label, colour) for ax, label, colour in drawn if ax is drawn[0][0]]
+    first_panel = [(label, colour) for ax, label, _, _, colour in drawn if ax is drawn[0][0]]
     # v5 has no run of its own: it is "pretrain-english", drawn first
     assert [label for label, _ in first_panel] == ["pretrain-english"] + [f"run {i}" for i in range(len(points) - 1)]
     colours = [colour for _, colour in first_panel]

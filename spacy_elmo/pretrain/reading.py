@@ -178,20 +178,18 @@ def read_corpus(
         before = stats.windows
         if path.suffix == ".npz":
             corpus.extend(load_slice(path, lang, max_tokens))
-            logger.info("%s: %d windows", path, stats.windows - before)
-            continue
-        if nlp is None:
-            import spacy
-
-            nlp = spacy.blank(lang)
-        if path.suffix == ".spacy":
-            for tokens in _spacy_file_windows(path, nlp, strict, stats):
-                for window in _windows(tokens, max_tokens):
-                    corpus.add_window(window)
         else:
-            lines = read_lines(path, stats, max_line_chars, strict)
-            for doc in nlp.tokenizer.pipe(_counting(lines, stats), batch_size=256):
-                tokens = [t.text for t in doc if not t.is_space]
+            if nlp is None:
+                import spacy
+
+                nlp = spacy.blank(lang)
+            if path.suffix == ".spacy":
+                words: Iterator[List[str]] = _spacy_file_windows(path, nlp, strict, stats)
+            else:
+                docs = nlp.tokenizer.pipe(_counting(read_lines(path, stats, max_line_chars, strict), stats),
+                                          batch_size=256)
+                words = ([t.text for t in doc if not t.is_space] for doc in docs)
+            for tokens in words:
                 for window in _windows(tokens, max_tokens):
                     corpus.add_window(window)
         logger.info("%s: %d windows", path, stats.windows - before)
