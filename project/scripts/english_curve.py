@@ -13,6 +13,9 @@ or the shipped model's directory) and records it as one point of
 started from. ``plot``: draws the curve, a line per run from its start.
 ``rate RUN``: the run's reading speed between two steps, from its own
 ``tokens_per_s`` records (median) and ``tokens_seen`` (tokens an hour).
+``verdict LABEL``: whether a point may ship over the last shipped version
+(:func:`ship_verdict`; ``ship_model.py --curve --point`` applies the same
+rule and marks the point shipped).
 """
 import json
 import statistics
@@ -24,6 +27,7 @@ from typing import Dict, List, Optional
 
 import typer
 
+from common import sha256_of
 from spacy_elmo.pretrain.perplexity import perplexity_parts
 from spacy_elmo.pretrain.runlog import read_log
 
@@ -34,6 +38,9 @@ SHIPPED = Path("../spacy_elmo/models/english")
 RUN_COLOURS = ["tab:blue", "tab:green", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
 #: Least span of an F1 panel's axis, in points (SemEval-2007's standard error is about 2.3).
 MIN_F1_SPAN = 8.0
+#: How much worse than the shipped version's the registry slice's perplexity
+#: may be in a version that ships (see :func:`ship_verdict`).
+REGISTRY_SLACK = 1.05
 
 
 def read_curve(path: Path) -> List[Dict]:
@@ -82,7 +89,7 @@ def measure(
     point = next((p for p in points if p["label"] == label), {"label": label})
     if start is not None and not any(p["label"] == start for p in points):
         raise SystemExit(f"--start {start!r}: no point of that label in {curve}")
-    point.update(tokens=tokens, shipped=shipped, run=run)
+    point.update(tokens=tokens, shipped=shipped, run=run, weights_sha256=sha256_of(export / "weights.hdf5"))
     if start is not None:
         point["start"] = start
     if "ppl" in wanted:
@@ -129,6 +136,57 @@ def grown_share(export: Path, text: Path, width: int, lines: int = 300) -> Dict[
 
 def _best(f1: Optional[Dict]) -> Optional[float]:
     return max(v for k, v in f1.items() if k != "mean") if f1 else None
+
+
+def shipped_point(points: List[Dict]) -> Optional[Dict]:
+    """The last shipped version among the points (they are kept in order of
+    tokens read), or None."""
+    shipped = [p for p in points if p.get("shipped")]
+    return shipped[-1] if shipped else None
+
+
+def ship_verdict(point: Dict, shipped: Dict) -> List[str]:
+    """Why ``point`` may not ship over the ``shipped`` version; empty when it
+    may. A version ships when its SemEval-2007 F1 at its best layer and its
+    new sources' perplexity both improve on the shipped version's, and its
+    registry slice's perplexity is at most ``REGISTRY_SLACK`` times the
+    shipped version's."""
+    needed = ("heldout_ppl", "heldout_v3_ppl", "semeval2007_f1")
+    for p in (point, shipped):
+        missing = [key for key in needed if p.get(key) is None]
+        if missing:
+            return [f"{p['label']!r} has no {', '.join(missing)}: measure it with --parts ppl,semeval"]
+    reasons = []
+    best, shipped_best = _best(point["semeval2007_f1"]), _best(shipped["semeval2007_f1"])
+    if best <= shipped_best:
+        reasons.append(f"SemEval-2007 F1 at the best layer {best} is not above {shipped['label']}'s {shipped_best}")
+    if point["heldout_v3_ppl"] >= shipped["heldout_v3_ppl"]:
+        reasons.append(f"the new sources' perplexity {point['heldout_v3_ppl']} is not below "
+                       f"{shipped['label']}'s {shipped['heldout_v3_ppl']}")
+    limit = shipped["heldout_ppl"] * REGISTRY_SLACK
+    if point["heldout_ppl"] > limit:
+        reasons.append(f"the registry slice's perplexity {point['heldout_ppl']} is more than "
+                       f"{REGISTRY_SLACK - 1:.0%} above {shipped['label']}'s {shipped['heldout_ppl']} "
+                       f"(at most {limit:.2f})")
+    return reasons
+
+
+@app.command()
+def verdict(label: str = typer.Argument(..., help="A point's label"), curve: Path = typer.Option(CURVE)) -> None:
+    """Whether the point may ship over the last shipped version: prints the
+    reasons it may not and exits with 1, or says that it may."""
+    points = read_curve(curve)
+    point = next((p for p in points if p["label"] == label), None)
+    if point is None:
+        raise SystemExit(f"{curve}: no point labelled {label!r}")
+    shipped = shipped_point(points)
+    if shipped is None:
+        raise SystemExit(f"{curve}: no shipped version to compare with")
+    reasons = ship_verdict(point, shipped)
+    if reasons:
+        typer.echo(f"{label!r} does not ship over {shipped['label']!r}:\n  " + "\n  ".join(reasons))
+        raise typer.Exit(1)
+    typer.echo(f"{label!r} may ship over {shipped['label']!r}")
 
 
 @app.command()

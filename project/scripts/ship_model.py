@@ -14,6 +14,12 @@ wall time, held-out perplexities against the unigram baseline, the machine.
 A model replaces the shipped one only if its held-out perplexity (geometric
 mean of the two directions) is lower, unless ``--force``; every shipped
 version is kept as a row of ``history.jsonl`` and of the card's history.
+With ``--curve FILE --point LABEL`` the rule is the English learning curve's
+instead (``english_curve.ship_verdict``: SemEval-2007 F1 and the new
+sources' perplexity better than the shipped version's, the registry slice at
+most 5% worse), read from the point ``english_curve.py measure`` recorded
+for these very weights (its ``weights_sha256``), and the point is marked
+shipped.
 
 What a version does, not only how well it predicts text, goes on the card
 too, from two files made with the shipped weights:
@@ -39,6 +45,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 from typing import Optional, Tuple
+
+import english_curve
 
 from common import portable_config, sha256_of
 
@@ -429,7 +437,9 @@ requirements should weigh these sources.
 ## History
 
 Every shipped version (a new one ships only when its held-out perplexity
-is lower); senses: the best accuracy of a contextual layer or the mean
+is lower, or, continued on corpus v3, when SemEval-2007 F1 and the new
+sources' perplexity improve with the held-out perplexity at most 5% worse);
+senses: the best accuracy of a contextual layer or the mean
 of the layers, nearest centroid or 1-NN, against the mean of random weights
 of the same shape; 1%-POS: ELMo against tok2vec:
 
@@ -453,6 +463,23 @@ def corpus_used(config: dict, stats: dict) -> dict:
     if not names & set(known):
         return dict(stats["sources"])
     return {name: counts for name, counts in known.items() if name in names}
+
+
+def curve_gate(args) -> Tuple[list, dict]:
+    """The curve's points and the point to ship, refused (SystemExit) when
+    the curve's rule says no and ``--force`` is not given."""
+    points = english_curve.read_curve(args.curve)
+    point = next((p for p in points if p["label"] == args.point), None)
+    if point is None:
+        raise SystemExit(f"{args.curve}: no point labelled {args.point!r}: measure the export with "
+                         f"english_curve.py measure first")
+    shipped = english_curve.shipped_point(points)
+    if shipped is None:
+        raise SystemExit(f"{args.curve}: no shipped version to compare with")
+    reasons = english_curve.ship_verdict(point, shipped)
+    if reasons and not args.force:
+        raise SystemExit(f"not shipped: {'; '.join(reasons)} (--force to ship anyway)")
+    return points, point
 
 
 def main() -> None:
@@ -488,7 +515,10 @@ def main() -> None:
                              "checkpoints stayed there")
     parser.add_argument("--machine", default=None,
                         help="where RUN trained, for the card (default: this machine's processor)")
-    parser.add_argument("--force", action="store_true")
+    parser.add_argument("--curve", type=Path, default=None,
+                        help="the English learning curve (metrics/english_curve.json): ship by its rule, with --point")
+    parser.add_argument("--point", default=None, help="the label of the curve's point measured on these weights")
+    parser.add_argument("--force", action="store_true", help="ship even when the rule says no")
     args = parser.parse_args()
     if args.update_card:
         if args.run is not None:
@@ -497,6 +527,8 @@ def main() -> None:
         return
     if args.run is None or args.command is None or args.date is None:
         parser.error("shipping needs RUN, TARGET, --command and --date")
+    if (args.curve is None) != (args.point is None):
+        parser.error("--curve and --point go together")
     ship(args)
 
 
@@ -560,7 +592,8 @@ def ship(args) -> None:
     config = run_config(args.run)
     summary["corpus"] = corpus_used(config, stats)
     history = read_history(args.target)
-    if history and summary["dev_ppl"] >= history[-1]["dev_ppl"] and not args.force:
+    points, point = curve_gate(args) if args.curve is not None else (None, None)
+    if point is None and history and summary["dev_ppl"] >= history[-1]["dev_ppl"] and not args.force:
         raise SystemExit(
             f"held-out perplexity {summary['dev_ppl']:.1f} is not below the shipped model's "
             f"{history[-1]['dev_ppl']:.1f}: not shipped (--force to ship anyway)"
@@ -571,6 +604,9 @@ def ship(args) -> None:
                 shutil.copyfile(args.export / name, Path(tmp) / name)
         else:
             export(args.run, Path(tmp), checkpoint)
+        if point is not None and point.get("weights_sha256") != sha256_of(Path(tmp) / "weights.hdf5"):
+            raise SystemExit(f"{args.curve}: point {args.point!r} was measured on other weights than these: "
+                             f"measure this export with english_curve.py measure first; nothing shipped")
         if args.senses is not None:
             summary["senses"] = senses_record(args.senses, Path(tmp) / "weights.hdf5")
         if args.downstream is not None:
@@ -582,6 +618,9 @@ def ship(args) -> None:
     history.append(summary)
     write_history(args.target, history)
     write_card(args.target, history, stats, args.command, summary["note"])
+    if point is not None:
+        point["shipped"] = f"v{len(history) - 1}"
+        args.curve.write_text(json.dumps(points, indent=1) + "\n", encoding="utf-8")
     print(f"shipped step {summary['step']} (held-out perplexity {summary['dev_ppl']:.1f}) to {args.target}")
 
 

@@ -114,3 +114,40 @@ def test_rate_reads_one_leg_of_a_run_log_and_refuses_a_resume_between(tmp_path):
         english_curve.reading_rate(log, 10, 40)
     with pytest.raises(SystemExit, match="fewer than two"):
         english_curve.reading_rate(log, 35, 50)
+
+
+def test_a_point_ships_only_when_senses_and_new_text_improve_and_the_registry_slice_holds():
+    shipped = POINTS[0]
+    better = {"label": "better", "heldout_ppl": 91.9, "heldout_v3_ppl": 120.0,
+              "semeval2007_f1": {"0": 36.0, "1": 47.0, "2": 51.0, "mean": 44.7}}
+    assert english_curve.ship_verdict(better, shipped) == []  # 91.9 is 4.9% above 87.6
+    worse_registry = dict(better, heldout_ppl=92.1)  # 5.1% above
+    assert english_curve.ship_verdict(worse_registry, shipped) == [
+        "the registry slice's perplexity 92.1 is more than 5% above v5's 87.6 (at most 91.98)"]
+    same_senses = dict(better, semeval2007_f1={"0": 50.8, "1": 47.0, "2": 49.0, "mean": 48.9})
+    assert english_curve.ship_verdict(same_senses, shipped) == [
+        "SemEval-2007 F1 at the best layer 50.8 is not above v5's 50.8"]
+    old_text = dict(better, heldout_v3_ppl=153.3)
+    assert english_curve.ship_verdict(old_text, shipped) == [
+        "the new sources' perplexity 153.3 is not below v5's 153.3"]
+    unmeasured = {k: v for k, v in better.items() if k != "semeval2007_f1"}
+    assert english_curve.ship_verdict(unmeasured, shipped) == [
+        "'better' has no semeval2007_f1: measure it with --parts ppl,semeval"]
+
+
+def test_verdict_compares_with_the_last_shipped_version(tmp_path, capsys):
+    import typer
+
+    curve = tmp_path / "curve.json"
+    after = dict(POINTS[2], label="after v6", tokens=14_000_000, heldout_v3_ppl=119.0,
+                 semeval2007_f1={"0": 36.0, "1": 47.0, "2": 52.0, "mean": 45.0})
+    curve.write_text(json.dumps([*POINTS, dict(POINTS[2], label="v6", tokens=13_000_000, shipped="v6"), after]))
+    english_curve.verdict("after v6", curve=curve)
+    assert capsys.readouterr().out == "'after v6' may ship over 'v6'\n"
+    # "wide 12M" beats v5 on all three, but v6 is the version to beat now.
+    with pytest.raises(typer.Exit) as stopped:
+        english_curve.verdict("wide 12M", curve=curve)
+    assert stopped.value.exit_code == 1
+    assert capsys.readouterr().out.startswith("'wide 12M' does not ship over 'v6':")
+    with pytest.raises(SystemExit, match="no point labelled 'nowhere'"):
+        english_curve.verdict("nowhere", curve=curve)

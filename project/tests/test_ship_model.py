@@ -226,3 +226,37 @@ def test_the_shipped_card_is_written_from_its_history(tmp_path):
     card = (shipped / "MODEL_CARD.md").read_text(encoding="utf-8")
     assert (tmp_path / "MODEL_CARD.md").read_text(encoding="utf-8") == card
     assert card.count("| shipped | step |") == 1 and len(history) == card.count("\n| 2026-")
+
+
+def test_shipping_by_the_curves_rule_marks_the_point(run, tmp_path):
+    """--curve/--point: the English learning curve's rule decides (a held-out
+    perplexity up to 5% worse ships when senses and new text improve), on the
+    point measured on these very weights, which is then marked shipped."""
+    target = tmp_path / "english"
+    first = ship(run, target, "--corpus-stats", stats_file(tmp_path), "--command", "c", "--date", "2026-11-25")
+    assert first.returncode == 0, first.stderr
+    v0 = {"label": "v0", "tokens": 0, "shipped": "v0", "heldout_ppl": 90.0, "heldout_v3_ppl": 150.0,
+          "semeval2007_f1": {"0": 36.0, "1": 46.0, "2": 50.0, "mean": 44.0}}
+    candidate = {"label": "step 4", "tokens": 10, "shipped": None, "heldout_ppl": 94.0, "heldout_v3_ppl": 120.0,
+                 "semeval2007_f1": {"0": 36.0, "1": 47.0, "2": 51.0, "mean": 44.7},
+                 "weights_sha256": ship_model.sha256_of(run / "export" / "weights.hdf5")}
+    curve = tmp_path / "curve.json"
+    args = (run, target, "--corpus-stats", stats_file(tmp_path), "--command", "c", "--date", "2026-11-26",
+            "--curve", curve, "--point", "step 4")
+    # The senses did not improve: refused, nothing written.
+    curve.write_text(json.dumps([v0, dict(candidate, semeval2007_f1={"2": 50.0})]))
+    refused = ship(*args)
+    assert refused.returncode != 0 and "SemEval-2007 F1 at the best layer 50.0 is not above v0's 50.0" in refused.stderr
+    assert len((target / "history.jsonl").read_text().splitlines()) == 1
+    # A point measured on other weights: refused, even with --force.
+    curve.write_text(json.dumps([v0, dict(candidate, weights_sha256="0" * 64)]))
+    other = ship(*args, "--force")
+    assert other.returncode != 0 and "measured on other weights" in other.stderr
+    assert len((target / "history.jsonl").read_text().splitlines()) == 1
+    # The point holds (its held-out perplexity 4.4% above v0's): shipped as v1 and marked so.
+    curve.write_text(json.dumps([v0, candidate]))
+    shipped = ship(*args)
+    assert shipped.returncode == 0, shipped.stderr
+    assert len((target / "history.jsonl").read_text().splitlines()) == 2
+    assert [p["shipped"] for p in json.loads(curve.read_text())] == ["v0", "v1"]
+    assert ship(*args[:-1], "nowhere").returncode != 0
