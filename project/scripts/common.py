@@ -20,6 +20,8 @@ this module and no other script:
   ``fetch_pretrain_text.py`` and ``fetch_books_wiki.py``.
 * **The training grid's slices and speed benchmark**, shared by
   ``run_grid.py`` and ``remeasure_speed.py``.
+* **The English learning curve's points and shipping rule**
+  (:func:`ship_verdict`), shared by ``english_curve.py`` and ``ship_model.py``.
 
 Registry packages in detail:
 
@@ -51,6 +53,7 @@ archive changes under a pinned version:
   and stop when it changed.
 """
 import hashlib
+import json
 import math
 import os
 import random
@@ -388,3 +391,53 @@ def speed(nlp, test: Path, n_docs: int, batches: int, warmup_epochs: int, batch_
         "batches": batches, "batch_size": batch_size, "docs": len(docs), "warmup_epochs": warmup_epochs,
         "method": "stream",
     }
+
+
+# The English biLM's learning curve (metrics/english_curve.json), read by
+# english_curve.py and ship_model.py.
+
+#: How much worse than the shipped version's the registry slice's perplexity
+#: may be in a version that ships (see :func:`ship_verdict`).
+REGISTRY_SLACK = 1.05
+
+
+def read_curve(path: Path) -> List[Dict]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+
+
+def best_f1(f1: Optional[Dict]) -> Optional[float]:
+    """The best layer's F1 of a per-layer record (its ``mean`` left out)."""
+    return max(v for k, v in f1.items() if k != "mean") if f1 else None
+
+
+def shipped_point(points: List[Dict]) -> Optional[Dict]:
+    """The last shipped version among the points (they are kept in order of
+    tokens read), or None."""
+    shipped = [p for p in points if p.get("shipped")]
+    return shipped[-1] if shipped else None
+
+
+def ship_verdict(point: Dict, shipped: Dict) -> List[str]:
+    """Why ``point`` may not ship over the ``shipped`` version; empty when it
+    may. A version ships when its SemEval-2007 F1 at its best layer and its
+    new sources' perplexity both improve on the shipped version's, and its
+    registry slice's perplexity is at most ``REGISTRY_SLACK`` times the
+    shipped version's."""
+    needed = ("heldout_ppl", "heldout_v3_ppl", "semeval2007_f1")
+    for p in (point, shipped):
+        missing = [key for key in needed if p.get(key) is None]
+        if missing:
+            return [f"{p['label']!r} has no {', '.join(missing)}: measure it with --parts ppl,semeval"]
+    reasons = []
+    best, shipped_best = best_f1(point["semeval2007_f1"]), best_f1(shipped["semeval2007_f1"])
+    if best <= shipped_best:
+        reasons.append(f"SemEval-2007 F1 at the best layer {best} is not above {shipped['label']}'s {shipped_best}")
+    if point["heldout_v3_ppl"] >= shipped["heldout_v3_ppl"]:
+        reasons.append(f"the new sources' perplexity {point['heldout_v3_ppl']} is not below "
+                       f"{shipped['label']}'s {shipped['heldout_v3_ppl']}")
+    limit = shipped["heldout_ppl"] * REGISTRY_SLACK
+    if point["heldout_ppl"] > limit:
+        reasons.append(f"the registry slice's perplexity {point['heldout_ppl']} is more than "
+                       f"{REGISTRY_SLACK - 1:.0%} above {shipped['label']}'s {shipped['heldout_ppl']} "
+                       f"(at most {limit:.2f})")
+    return reasons

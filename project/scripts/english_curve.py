@@ -14,7 +14,7 @@ started from. ``plot``: draws the curve, a line per run from its start.
 ``rate RUN``: the run's reading speed between two steps, from its own
 ``tokens_per_s`` records (median) and ``tokens_seen`` (tokens an hour).
 ``verdict LABEL``: whether a point may ship over the last shipped version
-(:func:`ship_verdict`; ``ship_model.py --curve --point`` applies the same
+(``common.ship_verdict``; ``ship_model.py --curve --point`` applies the same
 rule and marks the point shipped).
 """
 import json
@@ -27,7 +27,7 @@ from typing import Dict, List, Optional
 
 import typer
 
-from common import sha256_of
+from common import best_f1, read_curve, sha256_of, ship_verdict, shipped_point
 from spacy_elmo.pretrain.perplexity import perplexity_parts
 from spacy_elmo.pretrain.runlog import read_log
 
@@ -38,13 +38,6 @@ SHIPPED = Path("../spacy_elmo/models/english")
 RUN_COLOURS = ["tab:blue", "tab:green", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
 #: Least span of an F1 panel's axis, in points (SemEval-2007's standard error is about 2.3).
 MIN_F1_SPAN = 8.0
-#: How much worse than the shipped version's the registry slice's perplexity
-#: may be in a version that ships (see :func:`ship_verdict`).
-REGISTRY_SLACK = 1.05
-
-
-def read_curve(path: Path) -> List[Dict]:
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
 
 
 def wsd_f1(export: Path, train: Path, test: Path, sense_index: Path) -> Dict:
@@ -134,43 +127,6 @@ def grown_share(export: Path, text: Path, width: int, lines: int = 300) -> Dict[
     return {str(layer): round(float((v[:, added] ** 2).sum() / (v**2).sum()), 4) for layer, v in enumerate(vectors)}
 
 
-def _best(f1: Optional[Dict]) -> Optional[float]:
-    return max(v for k, v in f1.items() if k != "mean") if f1 else None
-
-
-def shipped_point(points: List[Dict]) -> Optional[Dict]:
-    """The last shipped version among the points (they are kept in order of
-    tokens read), or None."""
-    shipped = [p for p in points if p.get("shipped")]
-    return shipped[-1] if shipped else None
-
-
-def ship_verdict(point: Dict, shipped: Dict) -> List[str]:
-    """Why ``point`` may not ship over the ``shipped`` version; empty when it
-    may. A version ships when its SemEval-2007 F1 at its best layer and its
-    new sources' perplexity both improve on the shipped version's, and its
-    registry slice's perplexity is at most ``REGISTRY_SLACK`` times the
-    shipped version's."""
-    needed = ("heldout_ppl", "heldout_v3_ppl", "semeval2007_f1")
-    for p in (point, shipped):
-        missing = [key for key in needed if p.get(key) is None]
-        if missing:
-            return [f"{p['label']!r} has no {', '.join(missing)}: measure it with --parts ppl,semeval"]
-    reasons = []
-    best, shipped_best = _best(point["semeval2007_f1"]), _best(shipped["semeval2007_f1"])
-    if best <= shipped_best:
-        reasons.append(f"SemEval-2007 F1 at the best layer {best} is not above {shipped['label']}'s {shipped_best}")
-    if point["heldout_v3_ppl"] >= shipped["heldout_v3_ppl"]:
-        reasons.append(f"the new sources' perplexity {point['heldout_v3_ppl']} is not below "
-                       f"{shipped['label']}'s {shipped['heldout_v3_ppl']}")
-    limit = shipped["heldout_ppl"] * REGISTRY_SLACK
-    if point["heldout_ppl"] > limit:
-        reasons.append(f"the registry slice's perplexity {point['heldout_ppl']} is more than "
-                       f"{REGISTRY_SLACK - 1:.0%} above {shipped['label']}'s {shipped['heldout_ppl']} "
-                       f"(at most {limit:.2f})")
-    return reasons
-
-
 @app.command()
 def verdict(label: str = typer.Argument(..., help="A point's label"), curve: Path = typer.Option(CURVE)) -> None:
     """Whether the point may ship over the last shipped version: prints the
@@ -209,8 +165,8 @@ def plot(curve: Path = typer.Option(CURVE), out: Path = typer.Option(Path("../do
             members.insert(0, by_label[starts[0]])
     panels = [("held-out perplexity, registry slice", lambda p: p.get("heldout_ppl")),
               ("held-out perplexity, new sources", lambda p: p.get("heldout_v3_ppl")),
-              ("SemEval-2007 F1, best layer", lambda p: _best(p.get("semeval2007_f1"))),
-              ("SemCor held-out documents F1, best layer", lambda p: _best(p.get("semcor_heldout_f1")))]
+              ("SemEval-2007 F1, best layer", lambda p: best_f1(p.get("semeval2007_f1"))),
+              ("SemCor held-out documents F1, best layer", lambda p: best_f1(p.get("semcor_heldout_f1")))]
     fig, axes = plt.subplots(1, 4, figsize=(17, 3.6))
     for ax, (title, value) in zip(axes, panels):
         for i, (name, members) in enumerate(runs.items()):

@@ -15,7 +15,7 @@ A model replaces the shipped one only if its held-out perplexity (geometric
 mean of the two directions) is lower, unless ``--force``; every shipped
 version is kept as a row of ``history.jsonl`` and of the card's history.
 With ``--curve FILE --point LABEL`` the rule is the English learning curve's
-instead (``english_curve.ship_verdict``: SemEval-2007 F1 and the new
+instead (``common.ship_verdict``: SemEval-2007 F1 and the new
 sources' perplexity better than the shipped version's, the registry slice at
 most 5% worse), read from the point ``english_curve.py measure`` recorded
 for these very weights (its ``weights_sha256``), and the point is marked
@@ -46,9 +46,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Tuple
 
-import english_curve
-
-from common import portable_config, sha256_of
+from common import portable_config, read_curve, sha256_of, ship_verdict, shipped_point
 
 #: The files of an exported model that ship: the biLM, its options, and the
 #: vocabulary and softmax that ``pretrain --init`` continues from.
@@ -468,15 +466,15 @@ def corpus_used(config: dict, stats: dict) -> dict:
 def curve_gate(args) -> Tuple[list, dict]:
     """The curve's points and the point to ship, refused (SystemExit) when
     the curve's rule says no and ``--force`` is not given."""
-    points = english_curve.read_curve(args.curve)
+    points = read_curve(args.curve)
     point = next((p for p in points if p["label"] == args.point), None)
     if point is None:
         raise SystemExit(f"{args.curve}: no point labelled {args.point!r}: measure the export with "
                          f"english_curve.py measure first")
-    shipped = english_curve.shipped_point(points)
+    shipped = shipped_point(points)
     if shipped is None:
         raise SystemExit(f"{args.curve}: no shipped version to compare with")
-    reasons = english_curve.ship_verdict(point, shipped)
+    reasons = ship_verdict(point, shipped)
     if reasons and not args.force:
         raise SystemExit(f"not shipped: {'; '.join(reasons)} (--force to ship anyway)")
     return points, point
