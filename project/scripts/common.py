@@ -441,3 +441,18 @@ def ship_verdict(point: Dict, shipped: Dict) -> List[str]:
                        f"{REGISTRY_SLACK - 1:.0%} above {shipped['label']}'s {shipped['heldout_ppl']} "
                        f"(at most {limit:.2f})")
     return reasons
+
+
+def curve_verdict(curve: Path, label: str) -> Tuple[List[Dict], Dict, Dict, List[str]]:
+    """The curve's points, its point ``label``, the last shipped version and
+    :func:`ship_verdict`'s reasons; SystemExit naming ``curve`` when the
+    point or a shipped version is missing."""
+    points = read_curve(curve)
+    point = next((p for p in points if p["label"] == label), None)
+    if point is None:
+        raise SystemExit(f"{curve}: no point labelled {label!r}: measure the export with english_curve.py measure "
+                         f"first")
+    shipped = shipped_point(points)
+    if shipped is None:
+        raise SystemExit(f"{curve}: no shipped version to compare with")
+    return points, point, shipped, ship_verdict(point, shipped)

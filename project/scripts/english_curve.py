@@ -27,7 +27,7 @@ from typing import Dict, List, Optional
 
 import typer
 
-from common import best_f1, read_curve, sha256_of, ship_verdict, shipped_point
+from common import best_f1, curve_verdict, read_curve, sha256_of
 from spacy_elmo.pretrain.perplexity import perplexity_parts
 from spacy_elmo.pretrain.runlog import read_log
 
@@ -131,14 +131,7 @@ def grown_share(export: Path, text: Path, width: int, lines: int = 300) -> Dict[
 def verdict(label: str = typer.Argument(..., help="A point's label"), curve: Path = typer.Option(CURVE)) -> None:
     """Whether the point may ship over the last shipped version: prints the
     reasons it may not and exits with 1, or says that it may."""
-    points = read_curve(curve)
-    point = next((p for p in points if p["label"] == label), None)
-    if point is None:
-        raise SystemExit(f"{curve}: no point labelled {label!r}")
-    shipped = shipped_point(points)
-    if shipped is None:
-        raise SystemExit(f"{curve}: no shipped version to compare with")
-    reasons = ship_verdict(point, shipped)
+    _, _, shipped, reasons = curve_verdict(curve, label)
     if reasons:
         typer.echo(f"{label!r} does not ship over {shipped['label']!r}:\n  " + "\n  ".join(reasons))
         raise typer.Exit(1)

@@ -46,7 +46,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Tuple
 
-from common import portable_config, read_curve, sha256_of, ship_verdict, shipped_point
+from common import curve_verdict, portable_config, sha256_of
 
 #: The files of an exported model that ship: the biLM, its options, and the
 #: vocabulary and softmax that ``pretrain --init`` continues from.
@@ -466,15 +466,7 @@ def corpus_used(config: dict, stats: dict) -> dict:
 def curve_gate(args) -> Tuple[list, dict]:
     """The curve's points and the point to ship, refused (SystemExit) when
     the curve's rule says no and ``--force`` is not given."""
-    points = read_curve(args.curve)
-    point = next((p for p in points if p["label"] == args.point), None)
-    if point is None:
-        raise SystemExit(f"{args.curve}: no point labelled {args.point!r}: measure the export with "
-                         f"english_curve.py measure first")
-    shipped = shipped_point(points)
-    if shipped is None:
-        raise SystemExit(f"{args.curve}: no shipped version to compare with")
-    reasons = ship_verdict(point, shipped)
+    points, point, _, reasons = curve_verdict(args.curve, args.point)
     if reasons and not args.force:
         raise SystemExit(f"not shipped: {'; '.join(reasons)} (--force to ship anyway)")
     return points, point

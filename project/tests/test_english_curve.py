@@ -4,6 +4,8 @@ import json
 import english_curve
 import pytest
 
+import common
+
 POINTS = [
     {"label": "v5", "tokens": 0, "heldout_ppl": 87.6, "heldout_v3_ppl": 153.3, "shipped": "v5",
      "semeval2007_f1": {"0": 36.0, "1": 46.6, "2": 50.8, "mean": 44.5}, "best_layer": "2",
@@ -120,18 +122,18 @@ def test_a_point_ships_only_when_senses_and_new_text_improve_and_the_registry_sl
     shipped = POINTS[0]
     better = {"label": "better", "heldout_ppl": 91.9, "heldout_v3_ppl": 120.0,
               "semeval2007_f1": {"0": 36.0, "1": 47.0, "2": 51.0, "mean": 44.7}}
-    assert english_curve.ship_verdict(better, shipped) == []  # 91.9 is 4.9% above 87.6
+    assert common.ship_verdict(better, shipped) == []  # 91.9 is 4.9% above 87.6
     worse_registry = dict(better, heldout_ppl=92.1)  # 5.1% above
-    assert english_curve.ship_verdict(worse_registry, shipped) == [
+    assert common.ship_verdict(worse_registry, shipped) == [
         "the registry slice's perplexity 92.1 is more than 5% above v5's 87.6 (at most 91.98)"]
     same_senses = dict(better, semeval2007_f1={"0": 50.8, "1": 47.0, "2": 49.0, "mean": 48.9})
-    assert english_curve.ship_verdict(same_senses, shipped) == [
+    assert common.ship_verdict(same_senses, shipped) == [
         "SemEval-2007 F1 at the best layer 50.8 is not above v5's 50.8"]
     old_text = dict(better, heldout_v3_ppl=153.3)
-    assert english_curve.ship_verdict(old_text, shipped) == [
+    assert common.ship_verdict(old_text, shipped) == [
         "the new sources' perplexity 153.3 is not below v5's 153.3"]
     unmeasured = {k: v for k, v in better.items() if k != "semeval2007_f1"}
-    assert english_curve.ship_verdict(unmeasured, shipped) == [
+    assert common.ship_verdict(unmeasured, shipped) == [
         "'better' has no semeval2007_f1: measure it with --parts ppl,semeval"]
 
 
