@@ -7,7 +7,7 @@ import pytest
 from common import REPO, portable_config, portable_path, scrub
 
 COMMITTED = [REPO / "project" / "metrics", REPO / "project" / "reports",
-             REPO / "spacy_elmo" / "models"]
+             REPO / "spacy_elmo" / "models", REPO / "project" / "campaign"]
 TEXT_SUFFIXES = {".json", ".jsonl", ".md", ".txt", ".cfg", ".csv", ".yml", ".yaml", ".log"}
 #: Top-level folders of machines' absolute paths (built from names, so this file holds none itself).
 MACHINE_ROOTS = ("work", "home", "root", "tmp", "Users")

@@ -1,0 +1,245 @@
+"""The English biLM's training on corpus v3, one block of unread slices at a
+time, continued on any machine from what is committed.
+
+A long CPU run outlives the machine it runs on only through its saved
+state, so the campaign keeps one in the repository: ``campaign/english-v3/``
+holds the last saved export (weights and softmax in float16, a starting
+point for ``--init``, not a model to use) and ``state.json``: where it
+started, the order in which corpus v3's slices are read, and every block
+read so far (its slices, the steps of its one epoch, the steps and tokens
+read, whether it was read to its end). Each block is its own ``pretrain``
+run of one epoch over its slices plus a part of the registry corpus
+(``tokens/base-J.npz``, so that the slice every perplexity is measured on is
+not forgotten), its learning rate decaying to zero at the block's end.
+
+    python scripts/english_campaign.py status
+    python scripts/english_campaign.py run --minutes 120 --procs 2
+    python scripts/english_campaign.py save        # then commit campaign/
+
+``run`` continues the block in hand when its run directory is still on the
+machine (``--resume``) and otherwise starts the next one from the saved
+export; a block saved before its end stays in ``state.json`` as read in
+part, and its slices are not read again. ``save`` exports the newest
+checkpoint and records it.
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import h5py
+import numpy
+import typer
+
+HERE = Path(__file__).resolve().parent.parent
+CAMPAIGN = HERE / "campaign" / "english-v3"
+TOKENS = HERE / "corpus" / "pretrain3" / "tokens"
+RUNS = HERE / "training" / "english-v3"
+SHIPPED = "../spacy_elmo/models/english"
+
+app = typer.Typer(add_completion=False, no_args_is_help=True)
+
+
+def initial_state() -> Dict[str, Any]:
+    """Where the campaign starts: the shipped model (v5) grown to a projection
+    of 192, slices 82-95 first (no earlier run read them), then 0-81."""
+    return {
+        "format": "spacy_elmo.english_campaign/1",
+        "init": SHIPPED,
+        "options": "configs/bilm_8m_p192.json",
+        "vocab": f"{SHIPPED}/vocab.txt",
+        "dev": "corpus/pretrain3/heldout.txt",
+        "order": list(range(82, 96)) + list(range(0, 82)),
+        "slices_per_block": 2,
+        "base_parts": 8,
+        "batch_size": 256,
+        "lr": 5e-4,
+        "warmup_steps": 50,
+        "seed": 100,
+        "blocks": [],
+    }
+
+
+def load_state(campaign: Path) -> Dict[str, Any]:
+    path = campaign / "state.json"
+    if not path.exists():
+        return initial_state()
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:
+        raise typer.BadParameter(f"{path} is not JSON ({err}); restore it from git") from None
+    if state.get("format") != initial_state()["format"]:
+        raise typer.BadParameter(f"{path} is not a campaign state ({state.get('format')!r})")
+    return state
+
+
+def tokens_read(state: Dict[str, Any]) -> int:
+    """Tokens read by every saved block, registry parts included."""
+    return sum(int(b["tokens"]) for b in state["blocks"])
+
+
+def next_slices(state: Dict[str, Any]) -> List[int]:
+    used = {n for b in state["blocks"] for n in b["slices"]}
+    return [n for n in state["order"] if n not in used][: state["slices_per_block"]]
+
+
+def block_files(block: Dict[str, Any], tokens: Path) -> List[Path]:
+    return [tokens / f"{n:03d}.npz" for n in block["slices"]] + [tokens / f"{block['mix']}.npz"]
+
+
+def has_checkpoint(run: Path) -> bool:
+    return (run / "checkpoints" / "last.pt").exists()
+
+
+def current_block(state: Dict[str, Any], runs: Path) -> Dict[str, Any]:
+    """The block ``run`` works on: the last saved one if it was not read to
+    its end and its run is still here, a started but unsaved one, or a new one."""
+    blocks = state["blocks"]
+    if blocks and not blocks[-1]["complete"] and has_checkpoint(runs / f"block-{blocks[-1]['block']}"):
+        return dict(blocks[-1], resume=True)
+    k = len(blocks)
+    slices = next_slices(state)
+    if not slices:
+        raise typer.BadParameter("every slice of corpus v3 has been read: the campaign is over")
+    block = {"block": k, "slices": slices, "mix": f"base-{k % state['base_parts']}", "seed": state["seed"] + k}
+    return dict(block, resume=has_checkpoint(runs / f"block-{k}"))
+
+
+def slice_windows(path: Path) -> int:
+    with numpy.load(path, allow_pickle=False) as data:
+        return len(data["offsets"]) - 1
+
+
+def epoch_steps(windows: int, batch_size: int, procs: int) -> int:
+    """The steps of one epoch as ``pretrain`` counts them (its batches of
+    ``batch_size`` a process, shared out among ``procs``)."""
+    from spacy_elmo.pretrain.batches import epoch_batches
+
+    return len(epoch_batches(numpy.zeros(windows, dtype=numpy.int64), batch_size, 0, 0)) // procs
+
+
+def native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether this CPU computes in bf16 natively (AVX512-BF16 or AMX); elsewhere
+    bf16 is emulated and slower than fp32 (docs/pretraining.md, Mixed precision)."""
+    try:
+        flags = set(cpuinfo.read_text(encoding="utf-8", errors="replace").split())
+    except OSError:
+        return False
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def pretrain_command(state: Dict[str, Any], block: Dict[str, Any], campaign: Path, tokens: Path, runs: Path,
+                     procs: int, minutes: Optional[float], precision: str = "bf16") -> List[str]:
+    files = block_files(block, tokens)
+    missing = [str(p) for p in files if not p.exists()]
+    if missing:
+        raise typer.BadParameter(
+            f"block {block['block']} needs {', '.join(missing)}: run `python scripts/tokenise_slices.py "
+            f"corpus/pretrain3 --base corpus/pretrain2 --slices "
+            f"{','.join(str(n) for n in block['slices'])} --base-parts {state['base_parts']}`")
+    steps = epoch_steps(sum(slice_windows(p) for p in files), state["batch_size"], procs)
+    first = not state["blocks"]
+    init = state["init"] if first else str(campaign)
+    launcher = [sys.executable, "-m"] if procs == 1 else [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}", "-m"]
+    argv = launcher + ["spacy_elmo", "pretrain", *map(str, files), "--dev", state["dev"],
+                       "-o", str(runs / f"block-{block['block']}"), "--init", init,
+                       "--vocab", state["vocab"], "--max-tokens", "64",
+                       "--batch-size", str(state["batch_size"]), "--max-steps", str(steps),
+                       "--lr", str(state["lr"]), "--warmup-steps", str(state["warmup_steps"]),
+                       "--eval-every", "1000", "--checkpoint-every", "50", "--log-every", "20",
+                       "--threads", "1" if procs > 1 else "2", "--no-progress", "--seed", str(block["seed"]),
+                       "--precision", precision]
+    if first and state.get("options"):
+        argv += ["--options", state["options"]]
+    if block["resume"]:
+        argv.append("--resume")
+    if minutes:
+        argv += ["--time-limit", str(minutes)]
+    return argv
+
+
+def to_float16(source: Path, target: Path) -> None:
+    """Copy an hdf5 file with its float32 datasets stored as float16."""
+    with h5py.File(source, "r") as fin, h5py.File(target, "w") as fout:
+        for key, value in fin.attrs.items():
+            fout.attrs[key] = value
+
+        def copy(name: str, obj: Any) -> None:
+            if isinstance(obj, h5py.Dataset):
+                data = obj[()]
+                if getattr(data, "dtype", None) is not None and data.dtype == numpy.float32:
+                    data = data.astype(numpy.float16)
+                out = fout.create_dataset(name, data=data)
+                for key, value in obj.attrs.items():
+                    out.attrs[key] = value
+
+        fin.visititems(copy)
+
+
+@app.command()
+def status(campaign: Path = typer.Option(CAMPAIGN), runs: Path = typer.Option(RUNS)) -> None:
+    """What has been read and what the next ``run`` does."""
+    state = load_state(campaign)
+    for b in state["blocks"]:
+        done = "read" if b["complete"] else f"read in part ({b['steps']} of {b['epoch_steps']} steps)"
+        typer.echo(f"block {b['block']}: slices {b['slices']} + {b['mix']}: {b['tokens']:,} tokens, {done}")
+    read = {n for b in state["blocks"] for n in b["slices"]}
+    typer.echo(f"tokens read since v5: {tokens_read(state):,}; slices begun {len(read)} of {len(state['order'])}")
+    if len(read) < len(state["order"]):
+        block = current_block(state, runs)
+        how = "continues" if block["resume"] else "starts"
+        typer.echo(f"next run {how} block {block['block']}: slices {block['slices']} + {block['mix']}")
+
+
+@app.command()
+def run(
+    minutes: Optional[float] = typer.Option(None, help="Stop (with a checkpoint) after this many minutes"),
+    procs: int = typer.Option(2, min=1, help="Processes (torch.distributed), one thread each"),
+    precision: str = typer.Option("auto", help="bf16, fp32, or auto: bf16 where the CPU has it natively"),
+    dry_run: bool = typer.Option(False, help="Print the command only"),
+    campaign: Path = typer.Option(CAMPAIGN), tokens: Path = typer.Option(TOKENS), runs: Path = typer.Option(RUNS),
+) -> None:
+    """Read the block in hand, or the next one, from the saved export."""
+    state = load_state(campaign)
+    block = current_block(state, runs)
+    if precision == "auto":
+        precision = "bf16" if native_bf16() else "fp32"
+    argv = pretrain_command(state, block, campaign, tokens, runs, procs, minutes, precision)
+    typer.echo(" ".join(argv))
+    if not dry_run:
+        raise typer.Exit(subprocess.call(argv, cwd=HERE))
+
+
+@app.command()
+def save(campaign: Path = typer.Option(CAMPAIGN), runs: Path = typer.Option(RUNS)) -> None:
+    """Export the block in hand's newest checkpoint into ``campaign`` (float16)
+    and record the block in ``state.json``."""
+    from spacy_elmo.pretrain import export, load_checkpoint
+    from spacy_elmo.pretrain.checkpoint import checkpoint_path
+
+    state = load_state(campaign)
+    block = current_block(state, runs)
+    run_dir = runs / f"block-{block['block']}"
+    if not has_checkpoint(run_dir):
+        raise typer.BadParameter(f"{run_dir} has no checkpoint: nothing to save (run first)")
+    checkpoint = load_checkpoint(checkpoint_path(run_dir))
+    exported = export(run_dir, run_dir / "export")
+    campaign.mkdir(parents=True, exist_ok=True)
+    for name in ("weights.hdf5", "softmax.hdf5"):
+        to_float16(exported / name, campaign / name)
+    for name in ("options.json", "vocab.txt"):
+        (campaign / name).write_bytes((exported / name).read_bytes())
+    steps, epoch = int(checkpoint["step"]), int(checkpoint["config"]["max_steps"])
+    record = {"block": block["block"], "slices": block["slices"], "mix": block["mix"], "seed": block["seed"],
+              "epoch_steps": epoch, "steps": steps, "tokens": int(checkpoint["tokens_seen"]),
+              "complete": steps >= epoch}
+    state["blocks"] = [b for b in state["blocks"] if b["block"] != block["block"]] + [record]
+    (campaign / "state.json").write_text(json.dumps(state, indent=1) + "\n", encoding="utf-8")
+    typer.echo(f"saved block {record['block']} at step {steps} of {epoch} ({record['tokens']:,} tokens) -> "
+               f"{campaign}; tokens read since v5: {tokens_read(state):,}")
+
+
+if __name__ == "__main__":
+    app()
