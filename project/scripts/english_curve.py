@@ -82,6 +82,12 @@ def measure(
     point = next((p for p in points if p["label"] == label), {"label": label})
     if start is not None and not any(p["label"] == start for p in points):
         raise SystemExit(f"--start {start!r}: no point of that label in {curve}")
+    needed = {"ppl": [heldout, heldout_v3], "semeval": [wsd_train, wsd_test, sense_index],
+              "semcor": [semcor_split / "semcor_train.data.xml", semcor_split / "semcor_heldout.data.xml", sense_index]}
+    missing = sorted({str(f) for part in wanted for f in needed.get(part, []) if not Path(f).exists()})
+    if missing:
+        raise SystemExit(f"missing before measuring: {', '.join(missing)} (`weasel run fetch-corpus`, "
+                         "`fetch-sense-index` and `split-semcor` in project/ make them)")
     point.update(tokens=tokens, shipped=shipped, run=run, weights_sha256=sha256_of(export / "weights.hdf5"))
     if start is not None:
         point["start"] = start

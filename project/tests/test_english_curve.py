@@ -76,6 +76,17 @@ def test_measure_refuses_an_unknown_start_before_measuring(tmp_path):
     assert json.loads(curve.read_text()) == POINTS
 
 
+def test_measure_names_what_is_missing_before_measuring(tmp_path):
+    curve = tmp_path / "curve.json"
+    curve.write_text(json.dumps(POINTS))
+    with pytest.raises(SystemExit, match=r"missing before measuring: .*index\.sense.*fetch-sense-index"):
+        english_curve.measure(export=tmp_path / "missing", label="x", tokens=1, shipped=None, run="wide",
+                              start="v5", parts="semeval", curve=curve, wsd_train=curve, wsd_test=curve,
+                              sense_index=tmp_path / "index.sense", heldout=curve, heldout_v3=curve,
+                              semcor_split=tmp_path)
+    assert json.loads(curve.read_text()) == POINTS
+
+
 def test_grown_share_measures_the_dimensions_past_the_width(tiny_run, tmp_path):
     """The share of a grown model's vectors in its new dimensions: none past
     its own width, some past the width it grew from, all past zero."""
