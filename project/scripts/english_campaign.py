@@ -139,7 +139,7 @@ def pretrain_command(state: Dict[str, Any], block: Dict[str, Any], campaign: Pat
             f"corpus/pretrain3 --base corpus/pretrain2 --slices "
             f"{','.join(str(n) for n in block['slices'])} --base-parts {state['base_parts']}`")
     steps = epoch_steps(sum(slice_windows(p) for p in files), state["batch_size"], procs)
-    first = not state["blocks"]
+    first = block["block"] == 0  # block 0 starts from the shipped model, resumed or not
     init = state["init"] if first else str(campaign)
     launcher = [sys.executable, "-m"] if procs == 1 else [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}", "-m"]

@@ -95,7 +95,9 @@ def test_a_block_saved_in_part_is_resumed_here_and_skipped_on_a_fresh_machine(ca
     (runs / "block-0" / "checkpoints" / "last.pt").write_bytes(b"")
     block = english_campaign.current_block(state, runs)
     assert (block["block"], block["slices"], block["resume"]) == (0, [2], True)
-    assert english_campaign.pretrain_command(state, block, root, tokens, runs, 1, None)[-1] == "--resume"
+    argv = english_campaign.pretrain_command(state, block, root, tokens, runs, 1, None)
+    # with the settings it began with (the trainer refuses a resume whose --init or --options differ)
+    assert argv[-1] == "--resume" and argv[argv.index("--init") + 1] == state["init"]
 
 
 def test_a_missing_slice_names_the_command_that_makes_it(campaign):
