@@ -22,6 +22,8 @@ this module and no other script:
   ``run_grid.py`` and ``remeasure_speed.py``.
 * **The English learning curve's points and shipping rule**
   (:func:`ship_verdict`), shared by ``english_curve.py`` and ``ship_model.py``.
+* **Blocks of tokenised slices** (:func:`slice_windows`, :func:`epoch_steps`),
+  shared by ``pretrain_blocks.py`` and ``english_campaign.py``.
 
 Registry packages in detail:
 
@@ -456,3 +458,21 @@ def curve_verdict(curve: Path, label: str) -> Tuple[List[Dict], Dict, Dict, List
     if shipped is None:
         raise SystemExit(f"{curve}: no shipped version to compare with")
     return points, point, shipped, ship_verdict(point, shipped)
+
+
+def slice_windows(path: Path) -> int:
+    """The windows of a ``tokenise`` slice (its ``offsets`` bound them)."""
+    import numpy
+
+    with numpy.load(path, allow_pickle=False) as data:
+        return len(data["offsets"]) - 1
+
+
+def epoch_steps(windows: int, batch_size: int, procs: int) -> int:
+    """The steps of one epoch as ``pretrain`` counts them (its batches of
+    ``batch_size`` a process, shared out among ``procs``)."""
+    import numpy
+
+    from spacy_elmo.pretrain.batches import epoch_batches
+
+    return len(epoch_batches(numpy.zeros(windows, dtype=numpy.int64), batch_size, 0, 0)) // procs

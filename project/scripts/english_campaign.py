@@ -32,6 +32,8 @@ import h5py
 import numpy
 import typer
 
+from common import epoch_steps, slice_windows
+
 HERE = Path(__file__).resolve().parent.parent
 CAMPAIGN = HERE / "campaign" / "english-v3"
 TOKENS = HERE / "corpus" / "pretrain3" / "tokens"
@@ -104,19 +106,6 @@ def current_block(state: Dict[str, Any], runs: Path) -> Dict[str, Any]:
         raise typer.BadParameter("every slice of corpus v3 has been read: the campaign is over")
     block = {"block": k, "slices": slices, "mix": f"base-{k % state['base_parts']}", "seed": state["seed"] + k}
     return dict(block, resume=has_checkpoint(runs / f"block-{k}"))
-
-
-def slice_windows(path: Path) -> int:
-    with numpy.load(path, allow_pickle=False) as data:
-        return len(data["offsets"]) - 1
-
-
-def epoch_steps(windows: int, batch_size: int, procs: int) -> int:
-    """The steps of one epoch as ``pretrain`` counts them (its batches of
-    ``batch_size`` a process, shared out among ``procs``)."""
-    from spacy_elmo.pretrain.batches import epoch_batches
-
-    return len(epoch_batches(numpy.zeros(windows, dtype=numpy.int64), batch_size, 0, 0)) // procs
 
 
 def native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:

@@ -16,26 +16,19 @@ SIGTERM: a checkpoint), export it, and start no other. ``OUT/blocks.json`` recor
 steps, tokens read and export, rewritten after every block.
 """
 import json
-import math
 import os
 import signal
 import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-import numpy
 import typer
 
+from common import epoch_steps, slice_windows
 from spacy_elmo.pretrain import PretrainConfig, export, load_checkpoint, pretrain
 from spacy_elmo.pretrain.checkpoint import checkpoint_path
 
 app = typer.Typer(add_completion=False)
-
-
-def slice_windows(path: Path) -> int:
-    """The windows of a ``tokenise`` slice (its ``offsets`` bound them)."""
-    with numpy.load(path, allow_pickle=False) as data:
-        return len(data["offsets"]) - 1
 
 
 def wait_for(paths: List[Path], seconds: float) -> bool:
@@ -104,7 +97,7 @@ def main(
                        f"before it are done (blocks.json)", err=True)
             raise typer.Exit(1)
         left = None if deadline is None else deadline * 60 - (time.monotonic() - start)
-        steps = math.ceil(sum(slice_windows(p) for p in files) / batch_size)
+        steps = epoch_steps(sum(slice_windows(p) for p in files), batch_size, 1)
         run = out / f"block-{k}"
         config = PretrainConfig(
             train=[str(p) for p in files], output=str(run), init=str(previous), dev=[str(dev)] if dev else [],

@@ -10,6 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+import common
 from spacy_elmo.bilm.model import BiLM
 from spacy_elmo.pretrain.reading import tokenise_slice
 from tests.helpers.pretrain import make_lines
@@ -36,7 +37,7 @@ def campaign(tiny_run, tmp_path):
 
 
 def _windows(tokens, *names):
-    return sum(english_campaign.slice_windows(tokens / f"{n}.npz") for n in names)
+    return sum(common.slice_windows(tokens / f"{n}.npz") for n in names)
 
 
 def test_blocks_chain_through_the_saved_float16_export(campaign):
@@ -54,8 +55,8 @@ def test_blocks_chain_through_the_saved_float16_export(campaign):
     start = next(r for r in log if r.get("event") == "start")
     # exactly one epoch, as the trainer counts it
     assert first["epoch_steps"] == start["steps_per_epoch"] == first["steps"]
-    assert first["epoch_steps"] == english_campaign.epoch_steps(_windows(tokens, "002", "base-0"), 16, 1)
-    assert english_campaign.epoch_steps(319183, 256, 2) == 623
+    assert first["epoch_steps"] == common.epoch_steps(_windows(tokens, "002", "base-0"), 16, 1)
+    assert common.epoch_steps(319183, 256, 2) == 623
     with h5py.File(root / "weights.hdf5", "r") as fin:
         dtypes = set()
         fin.visititems(lambda n, o: dtypes.add(o.dtype) if isinstance(o, h5py.Dataset) else None)
