@@ -13,18 +13,20 @@ run of one epoch over its slices plus a part of the registry corpus
 not forgotten), its learning rate decaying to zero at the block's end.
 
     python scripts/english_campaign.py status
-    python scripts/english_campaign.py run --minutes 120 --procs 2
+    python scripts/english_campaign.py run --minutes 120 --procs 2 --blocks 3
     python scripts/english_campaign.py save        # then commit campaign/
 
 ``run`` continues the block in hand when its run directory is still on the
 machine (``--resume``) and otherwise starts the next one from the saved
-export; a block saved before its end stays in ``state.json`` as read in
-part, and its slices are not read again. ``save`` exports the newest
-checkpoint and records it.
+export; with ``--blocks N`` each block read to its end is saved and the next
+one started from it, until the time limit. ``save`` exports the newest
+checkpoint of the block in hand and records it: a block saved before its end
+stays in ``state.json`` as read in part, and its slices are not read again.
 """
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -184,27 +186,38 @@ def status(campaign: Path = typer.Option(CAMPAIGN), runs: Path = typer.Option(RU
 
 @app.command()
 def run(
-    minutes: Optional[float] = typer.Option(None, help="Stop (with a checkpoint) after this many minutes"),
+    minutes: Optional[float] = typer.Option(None, help="Stop (with a checkpoint) after this many minutes in all"),
+    blocks: int = typer.Option(1, min=1, help="Blocks to read: each one read to its end is saved and the next "
+                                              "one started from it"),
     procs: int = typer.Option(2, min=1, help="Processes (torch.distributed), one thread each"),
     precision: str = typer.Option("auto", help="bf16, fp32, or auto: bf16 where the CPU has it natively"),
     dry_run: bool = typer.Option(False, help="Print the command only"),
     campaign: Path = typer.Option(CAMPAIGN), tokens: Path = typer.Option(TOKENS), runs: Path = typer.Option(RUNS),
 ) -> None:
     """Read the block in hand, or the next one, from the saved export."""
-    state = load_state(campaign)
-    block = current_block(state, runs)
     if precision == "auto":
         precision = "bf16" if native_bf16() else "fp32"
-    argv = pretrain_command(state, block, campaign, tokens, runs, procs, minutes, precision)
-    typer.echo(" ".join(argv))
-    if not dry_run:
-        raise typer.Exit(subprocess.call(argv, cwd=HERE))
+    deadline = time.monotonic() + 60 * minutes if minutes else None
+    for _ in range(blocks):
+        left = None if deadline is None else round((deadline - time.monotonic()) / 60, 1)
+        if left is not None and left < 1:
+            break
+        state = load_state(campaign)
+        block = current_block(state, runs)
+        argv = pretrain_command(state, block, campaign, tokens, runs, procs, left, precision)
+        typer.echo(" ".join(argv))
+        if dry_run:
+            return
+        code = subprocess.call(argv, cwd=HERE)
+        if code:
+            raise typer.Exit(code)
+        if not save_block(campaign, runs)["complete"]:
+            break  # stopped by the time limit: the block is continued by the next run
 
 
-@app.command()
-def save(campaign: Path = typer.Option(CAMPAIGN), runs: Path = typer.Option(RUNS)) -> None:
-    """Export the block in hand's newest checkpoint into ``campaign`` (float16)
-    and record the block in ``state.json``."""
+def save_block(campaign: Path, runs: Path, partial: bool = False) -> Dict[str, Any]:
+    """Record the block in hand's newest checkpoint; export it into ``campaign``
+    (float16) if the block was read to its end or ``partial``."""
     from spacy_elmo.pretrain import export, load_checkpoint
     from spacy_elmo.pretrain.checkpoint import checkpoint_path
 
@@ -214,21 +227,36 @@ def save(campaign: Path = typer.Option(CAMPAIGN), runs: Path = typer.Option(RUNS
     if not has_checkpoint(run_dir):
         raise typer.BadParameter(f"{run_dir} has no checkpoint: nothing to save (run first)")
     checkpoint = load_checkpoint(checkpoint_path(run_dir))
+    steps, epoch = int(checkpoint["step"]), int(checkpoint["config"]["max_steps"])
+    record = {"block": block["block"], "slices": block["slices"], "mix": block["mix"], "seed": block["seed"],
+              "epoch_steps": epoch, "steps": steps, "tokens": int(checkpoint["tokens_seen"]),
+              "complete": steps >= epoch}
+    if not (record["complete"] or partial):
+        return record
     exported = export(run_dir, run_dir / "export")
     campaign.mkdir(parents=True, exist_ok=True)
     for name in ("weights.hdf5", "softmax.hdf5"):
         to_float16(exported / name, campaign / name)
     for name in ("options.json", "vocab.txt"):
         (campaign / name).write_bytes((exported / name).read_bytes())
-    steps, epoch = int(checkpoint["step"]), int(checkpoint["config"]["max_steps"])
-    record = {"block": block["block"], "slices": block["slices"], "mix": block["mix"], "seed": block["seed"],
-              "epoch_steps": epoch, "steps": steps, "tokens": int(checkpoint["tokens_seen"]),
-              "complete": steps >= epoch}
     state["blocks"] = [b for b in state["blocks"] if b["block"] != block["block"]] + [record]
     (campaign / "state.json").write_text(json.dumps(state, indent=1) + "\n", encoding="utf-8")
     typer.echo(f"saved block {record['block']} at step {steps} of {epoch} ({record['tokens']:,} tokens) -> "
                f"{campaign}; tokens read since v5: {tokens_read(state):,}")
+    return record
 
+
+@app.command()
+def save(campaign: Path = typer.Option(CAMPAIGN), runs: Path = typer.Option(RUNS)) -> None:
+    """Export the block in hand's newest checkpoint into ``campaign`` (float16)
+    and record the block in ``state.json``, read to its end or not."""
+    state = load_state(campaign)
+    block = current_block(state, runs)
+    if not has_checkpoint(runs / f"block-{block['block']}") and state["blocks"] and state["blocks"][-1]["complete"]:
+        typer.echo(f"nothing to save: block {state['blocks'][-1]['block']} was saved when it was read to its end, "
+                   f"block {block['block']} is not begun")
+        return
+    save_block(campaign, runs, partial=True)
 
 if __name__ == "__main__":
     app()

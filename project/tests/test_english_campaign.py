@@ -46,8 +46,9 @@ def test_blocks_chain_through_the_saved_float16_export(campaign):
     result = runner.invoke(english_campaign.app, ["run", "--procs", "1", "--tokens", str(tokens), *args])
     assert result.exit_code == 0, result.output
     assert "--init" in result.output and "--resume" not in result.output
+    assert "saved block 0" in result.output  # read to its end: saved by run
     result = runner.invoke(english_campaign.app, ["save", *args])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 0 and "nothing to save: block 0 was saved" in result.output, result.output
     state = json.loads((root / "state.json").read_text())
     (first,) = state["blocks"]
     assert first["slices"] == [2] and first["mix"] == "base-0" and first["complete"]
@@ -71,13 +72,32 @@ def test_blocks_chain_through_the_saved_float16_export(campaign):
     shutil.rmtree(runs)
     result = runner.invoke(english_campaign.app, ["run", "--procs", "1", "--tokens", str(tokens), *args])
     assert result.exit_code == 0, result.output
-    assert f"--init {root} " in result.output
-    assert runner.invoke(english_campaign.app, ["save", *args]).exit_code == 0
+    assert f"--init {root} " in result.output and "saved block 1" in result.output
     state = json.loads((root / "state.json").read_text())
     assert [b["slices"] for b in state["blocks"]] == [[2], [0]]
     assert english_campaign.tokens_read(state) == sum(b["tokens"] for b in state["blocks"]) > 0
     status = runner.invoke(english_campaign.app, ["status", *args]).output
     assert "slices begun 2 of 3" in status and "starts block 2: slices [1]" in status
+
+
+def test_run_reads_blocks_in_turn_saving_each_one_read_to_its_end(campaign):
+    root, tokens, runs, args = campaign
+    runner = CliRunner()
+    result = runner.invoke(english_campaign.app, ["run", "--procs", "1", "--blocks", "2", "--tokens", str(tokens),
+                                                  *args])
+    assert result.exit_code == 0, result.output
+    state = json.loads((root / "state.json").read_text())
+    assert [(b["slices"], b["complete"]) for b in state["blocks"]] == [([2], True), ([0], True)]
+    assert result.output.count("saved block") == 2 and f"--init {root} " in result.output
+    second = BiLM.from_hdf5(root / "weights.hdf5", root / "options.json")
+    block1 = BiLM.from_hdf5(runs / "block-1" / "export" / "weights.hdf5", runs / "block-1" / "export" / "options.json")
+    for (name, a), (_, b) in zip(block1.state_dict().items(), second.state_dict().items()):
+        assert numpy.allclose(a.numpy(), b.numpy(), rtol=1e-3, atol=1e-4), name
+    # less than a minute left: no block is begun
+    result = runner.invoke(english_campaign.app, ["run", "--procs", "1", "--minutes", "0.5", "--tokens", str(tokens),
+                                                  *args])
+    assert result.exit_code == 0 and "spacy_elmo pretrain" not in result.output
+    assert not (runs / "block-2").exists()
 
 
 def test_a_block_saved_in_part_is_resumed_here_and_skipped_on_a_fresh_machine(campaign):
