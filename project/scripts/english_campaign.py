@@ -225,6 +225,11 @@ def save_block(campaign: Path, runs: Path, partial: bool = False) -> Dict[str, A
     block = current_block(state, runs)
     run_dir = runs / f"block-{block['block']}"
     if not has_checkpoint(run_dir):
+        last = state["blocks"][-1] if state["blocks"] else None
+        if last is not None and last["complete"]:
+            typer.echo(f"nothing to save: block {last['block']} was saved when it was read to its end, "
+                       f"block {block['block']} is not begun")
+            return last
         raise typer.BadParameter(f"{run_dir} has no checkpoint: nothing to save (run first)")
     checkpoint = load_checkpoint(checkpoint_path(run_dir))
     steps, epoch = int(checkpoint["step"]), int(checkpoint["config"]["max_steps"])
@@ -250,13 +255,8 @@ def save_block(campaign: Path, runs: Path, partial: bool = False) -> Dict[str, A
 def save(campaign: Path = typer.Option(CAMPAIGN), runs: Path = typer.Option(RUNS)) -> None:
     """Export the block in hand's newest checkpoint into ``campaign`` (float16)
     and record the block in ``state.json``, read to its end or not."""
-    state = load_state(campaign)
-    block = current_block(state, runs)
-    if not has_checkpoint(runs / f"block-{block['block']}") and state["blocks"] and state["blocks"][-1]["complete"]:
-        typer.echo(f"nothing to save: block {state['blocks'][-1]['block']} was saved when it was read to its end, "
-                   f"block {block['block']} is not begun")
-        return
     save_block(campaign, runs, partial=True)
+
 
 if __name__ == "__main__":
     app()
