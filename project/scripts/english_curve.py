@@ -197,8 +197,13 @@ def reading_rate(log: Path, first: int, last: int) -> Dict[str, object]:
     ``last`` and, from the first and last of them (``tokens_seen``, the
     records' times), the tokens read an hour, checkpoints and evaluations
     included. The steps must lie within one leg of the run (no resume
-    between them)."""
+    between them). A run begun again from step 0 appends a new ``start``
+    record; what the log held before it belongs to the abandoned run and is
+    not read."""
     records = read_log(log)
+    starts = [i for i, r in enumerate(records) if r.get("event") == "start"]
+    if starts:
+        records = records[starts[-1]:]
     train = [r for r in records if r.get("event") == "train" and first <= r["step"] <= last]
     if len(train) < 2:
         raise SystemExit(f"{log}: fewer than two train records between steps {first} and {last}")

@@ -129,6 +129,20 @@ def test_rate_reads_one_leg_of_a_run_log_and_refuses_a_resume_between(tmp_path):
         english_curve.reading_rate(log, 35, 50)
 
 
+def test_rate_reads_only_the_last_run_when_a_block_was_begun_again(tmp_path):
+    log = tmp_path / "log.jsonl"
+    records = [{"event": "start"},
+               {"event": "train", "step": 20, "tokens_per_s": 300.0, "tokens_seen": 2000, "time": 10.0},
+               {"event": "start"}]
+    for step, speed in ((20, 1000.0), (40, 2000.0)):
+        records.append({"event": "train", "step": step, "tokens_per_s": speed, "tokens_seen": step * 100,
+                        "time": 9000.0 + step * 2})
+    log.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    # Only the second run's steps 20 and 40: 2,000 tokens in 40 s.
+    assert english_curve.reading_rate(log, 20, 40) == {
+        "steps": "20-40", "records": 2, "median_tokens_per_s": 1500, "tokens_per_hour": 180000}
+
+
 def test_a_point_ships_only_when_senses_and_new_text_improve_and_the_registry_slice_holds():
     shipped = POINTS[0]
     better = {"label": "better", "heldout_ppl": 91.9, "heldout_v3_ppl": 120.0,
