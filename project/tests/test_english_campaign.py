@@ -177,3 +177,25 @@ def test_bf16_only_where_the_cpu_has_it(tmp_path):
     info.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16\n")
     assert english_campaign.native_bf16(info)
     assert not english_campaign.native_bf16(tmp_path / "absent")
+
+
+def test_training_processes_keep_glibcs_heap_unless_told_otherwise(campaign, monkeypatch):
+    root, tokens, runs, args = campaign
+    for name in english_campaign.KEEP_HEAP:
+        monkeypatch.delenv(name, raising=False)
+    given = {"PATH": "/bin", "MALLOC_TRIM_THRESHOLD_": "1"}
+    assert english_campaign.child_environment(True, given) == dict(given, MALLOC_MMAP_MAX_="0")
+    assert english_campaign.child_environment(False, given) == given
+    started = []
+    monkeypatch.setattr(english_campaign.subprocess, "call", lambda argv, cwd, env: started.append(env) or 0)
+    runner = CliRunner()
+    base = ["run", "--procs", "1", "--tokens", str(tokens), *args]
+    result = runner.invoke(english_campaign.app, base)
+    # the command is echoed with the settings it adds, as a shell line that repeats it
+    assert result.output.startswith(f"MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_={64 << 30} ")
+    assert started[-1]["MALLOC_MMAP_MAX_"] == "0" and started[-1]["MALLOC_TRIM_THRESHOLD_"] == str(64 << 30)
+    runner.invoke(english_campaign.app, base + ["--release-heap"])
+    assert "MALLOC_MMAP_MAX_" not in started[-1] and "MALLOC_TRIM_THRESHOLD_" not in started[-1]
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "4096")
+    result = runner.invoke(english_campaign.app, base + ["--dry-run"])
+    assert result.output.startswith("MALLOC_MMAP_MAX_=0 ") and "MALLOC_TRIM_THRESHOLD_" not in result.output
