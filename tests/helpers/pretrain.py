@@ -115,6 +115,25 @@ def backend_threads() -> list:
     return sorted(n for n in names if n.startswith(("gloo", "pt_gloo", "pt_tcpstore")))
 
 
+def backend_threads_after_teardown(wait_s: float = 5.0) -> list:
+    """The backend's threads still there once a teardown has returned.
+
+    ``pthread_join`` returns when the kernel clears the thread's id, which
+    comes before the kernel removes the thread's ``/proc/self/task`` entry:
+    on a busy machine a thread joined a moment ago can still be listed.
+    Such a thread is gone within milliseconds; one that lives on (a group
+    still held) is still there after ``wait_s``. So this waits until the
+    list is empty, for ``wait_s`` at most, and returns what is left."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    threads = backend_threads()
+    while threads and time.monotonic() < deadline:
+        time.sleep(0.01)
+        threads = backend_threads()
+    return threads
+
+
 def teardown_worker(rank: int, world_size: int, port: int, tmp: str, corpus: str, resume: bool) -> None:
     """One rank of a gloo run that reports, after ``pretrain`` returns,
     whether anything still holds the process group or its threads.
@@ -148,7 +167,7 @@ def teardown_worker(rank: int, world_size: int, port: int, tmp: str, corpus: str
     config = tiny_config(tmp_path, Path(corpus), max_steps=5 if resume else 3, eval_every=2, log_every=1)
     trainer.pretrain(config, resume=resume, progress=False, callback=watch)
     report = {
-        "threads_during": seen["threads"], "threads_after": backend_threads(),
+        "threads_during": seen["threads"], "threads_after": backend_threads_after_teardown(),
         "group_alive_after": seen["group"]() is not None, "initialized_after": dist.is_initialized(),
     }
     tag = "resume" if resume else "fresh"
@@ -172,6 +191,6 @@ def held_group_worker(rank: int, ports: list, tmp: str) -> None:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{ports[int(hold)]}", rank=0, world_size=1)
         held = dist.group.WORLD if hold else None
         D.teardown(D.DistInfo(rank=0, world_size=2))  # as a rank of a larger run would
-        warnings.append(f"hold={hold}: {len(backend_threads())} threads")
+        warnings.append(f"hold={hold}: {len(backend_threads_after_teardown())} threads")
         del held
     Path(tmp, "held.json").write_text(json.dumps(warnings), encoding="utf-8")
