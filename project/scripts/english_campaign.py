@@ -23,6 +23,11 @@ one started from it, until the time limit. ``save`` exports the newest
 checkpoint of the block in hand and records it: a block saved before its end
 stays in ``state.json`` as read in part, and its slices are not read again.
 
+``run`` first tokenises what the block reads and the machine lacks (its
+slices' ``train/NNN.txt`` and its part of the registry corpus, as
+``tokenise_slices.py`` does), so that a fresh machine needs corpus v3's text
+only, and a run of several blocks goes on past a block's end.
+
 ``run`` starts its training processes with glibc told to keep its heap
 (``MALLOC_MMAP_MAX_=0``, ``MALLOC_TRIM_THRESHOLD_``; docs/pretraining.md,
 Speed): faster steps for more resident memory. ``--release-heap`` leaves the
@@ -46,7 +51,10 @@ HERE = Path(__file__).resolve().parent.parent
 CAMPAIGN = HERE / "campaign" / "english-v3"
 TOKENS = HERE / "corpus" / "pretrain3" / "tokens"
 RUNS = HERE / "training" / "english-v3"
+BASE = HERE / "corpus" / "pretrain2"
 SHIPPED = "../spacy_elmo/models/english"
+
+MAX_TOKENS = 64  # the window length every block is tokenised and trained with
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 
@@ -116,6 +124,38 @@ def current_block(state: Dict[str, Any], runs: Path) -> Dict[str, Any]:
     return dict(block, resume=has_checkpoint(runs / f"block-{k}"))
 
 
+def prepare_block(state: Dict[str, Any], block: Dict[str, Any], tokens: Path, base: Path) -> List[Path]:
+    """Tokenise the block's files that ``tokens`` lacks: its slices from
+    ``tokens/../train/NNN.txt``, its registry part from ``base``; returns
+    the files made."""
+    import tokenise_slices
+
+    corpus, made = tokens.parent, []
+    tokens.mkdir(parents=True, exist_ok=True)
+    for n in block["slices"]:
+        out = tokens / f"{n:03d}.npz"
+        if out.exists():
+            continue
+        text = corpus / "train" / f"{n:03d}.txt"
+        if not text.exists():
+            raise typer.BadParameter(f"block {block['block']} reads slice {n}, and {text} is missing: build "
+                                     f"corpus v3 first (docs/english-v3.md, Corpus)", param_hint="--tokens")
+        tokenise_slices.tokenise([text], out, MAX_TOKENS)
+        made.append(out)
+    mix = tokens / f"{block['mix']}.npz"
+    if not mix.exists():
+        part = int(block["mix"].rpartition("-")[2])
+        missing = [name for name in tokenise_slices.BASE_SOURCES if not (base / "train" / f"{name}.txt").exists()]
+        if missing:
+            raise typer.BadParameter(f"block {block['block']} mixes in {block['mix']}, and {base / 'train'} lacks "
+                                     f"{missing[0]}.txt: fetch the registry corpus first "
+                                     f"(scripts/fetch_pretrain_text.py)", param_hint="--base")
+        parts = tokenise_slices.base_parts(base, corpus / "base", state["base_parts"])
+        tokenise_slices.tokenise([parts[part]], mix, MAX_TOKENS)
+        made.append(mix)
+    return made
+
+
 def native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     """Whether this CPU computes in bf16 natively (AVX512-BF16 or AMX); elsewhere
     bf16 is emulated and slower than fp32 (docs/pretraining.md, Mixed precision)."""
@@ -142,7 +182,7 @@ def pretrain_command(state: Dict[str, Any], block: Dict[str, Any], campaign: Pat
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}", "-m"]
     argv = launcher + ["spacy_elmo", "pretrain", *map(str, files), "--dev", state["dev"],
                        "-o", str(runs / f"block-{block['block']}"), "--init", init,
-                       "--vocab", state["vocab"], "--max-tokens", "64",
+                       "--vocab", state["vocab"], "--max-tokens", str(MAX_TOKENS),
                        "--batch-size", str(state["batch_size"]), "--max-steps", str(steps),
                        "--lr", str(state["lr"]), "--warmup-steps", str(state["warmup_steps"]),
                        "--eval-every", "1000", "--checkpoint-every", "50", "--log-every", "20",
@@ -215,6 +255,7 @@ def run(
                                         "more memory (docs/pretraining.md)"),
     dry_run: bool = typer.Option(False, help="Print the command only"),
     campaign: Path = typer.Option(CAMPAIGN), tokens: Path = typer.Option(TOKENS), runs: Path = typer.Option(RUNS),
+    base: Path = typer.Option(BASE, help="The registry corpus, whose parts the blocks mix in"),
 ) -> None:
     """Read the block in hand, or the next one, from the saved export."""
     if precision == "auto":
@@ -226,6 +267,8 @@ def run(
             break
         state = load_state(campaign)
         block = current_block(state, runs)
+        if not dry_run:
+            prepare_block(state, block, tokens, base)
         argv = pretrain_command(state, block, campaign, tokens, runs, procs, left, precision)
         env = child_environment(keep_heap)
         added = [f"{name}={env[name]}" for name in KEEP_HEAP if keep_heap and name not in os.environ]

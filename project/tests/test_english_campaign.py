@@ -199,3 +199,41 @@ def test_training_processes_keep_glibcs_heap_unless_told_otherwise(campaign, mon
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "4096")
     result = runner.invoke(english_campaign.app, base + ["--dry-run"])
     assert result.output.startswith("MALLOC_MMAP_MAX_=0 ") and "MALLOC_TRIM_THRESHOLD_" not in result.output
+
+
+def test_run_tokenises_what_the_block_reads_and_the_machine_lacks(campaign):
+    root, tokens, runs, _ = campaign
+    corpus = tokens.parent
+    (corpus / "train").mkdir()
+    (corpus / "train" / "002.txt").write_text("\n".join(make_lines(30, 5)) + "\n", encoding="utf-8")
+    base = corpus / "pretrain2"
+    (base / "train").mkdir(parents=True)
+    import tokenise_slices
+
+    for i, name in enumerate(tokenise_slices.BASE_SOURCES):
+        (base / "train" / f"{name}.txt").write_text("".join(f"{name} line {j} .\n" for j in range(i + 3)))
+    state = english_campaign.load_state(root)
+    block = english_campaign.current_block(state, runs)
+    assert block["slices"] == [2] and block["mix"] == "base-0"
+    kept = (tokens / "base-0.npz").read_bytes()
+    (tokens / "002.npz").unlink()
+    made = english_campaign.prepare_block(state, block, tokens, base)
+    # only the missing slice, from its text; the registry part on the machine is kept as it is
+    assert made == [tokens / "002.npz"] and (tokens / "base-0.npz").read_bytes() == kept
+    assert common.slice_windows(tokens / "002.npz") == 30
+    (tokens / "base-0.npz").unlink()
+    state["base_parts"] = 2
+    assert english_campaign.prepare_block(state, block, tokens, base) == [tokens / "base-0.npz"]
+    every = [line for name in tokenise_slices.BASE_SOURCES
+             for line in (base / "train" / f"{name}.txt").read_text().splitlines()]
+    assert (corpus / "base" / "part-0.txt").read_text().splitlines() == every[0::2]
+    # what cannot be made is named, with what makes it
+    (tokens / "002.npz").unlink()
+    (corpus / "train" / "002.txt").unlink()
+    with pytest.raises(typer.BadParameter, match=r"002\.txt is missing: build corpus v3"):
+        english_campaign.prepare_block(state, block, tokens, base)
+    (tokens / "002.npz").write_bytes(b"")
+    (tokens / "base-0.npz").unlink()
+    (base / "train" / "wordnet.txt").unlink()
+    with pytest.raises(typer.BadParameter, match=r"lacks wordnet\.txt: fetch the registry corpus"):
+        english_campaign.prepare_block(state, block, tokens, base)
