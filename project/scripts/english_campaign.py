@@ -138,8 +138,8 @@ def prepare_block(state: Dict[str, Any], block: Dict[str, Any], tokens: Path, ba
             continue
         text = corpus / "train" / f"{n:03d}.txt"
         if not text.exists():
-            raise typer.BadParameter(f"block {block['block']} reads slice {n}, and {text} is missing: build "
-                                     f"corpus v3 first (docs/english-v3.md, Corpus)", param_hint="--tokens")
+            raise typer.BadParameter(f"block {block['block']} reads slice {n}, and {text} is missing: build corpus "
+                                     f"v3 first (scripts/fetch_books_wiki.py; docs/corpus.md)", param_hint="--tokens")
         tokenise_slices.tokenise([text], out, MAX_TOKENS)
         made.append(out)
     mix = tokens / f"{block['mix']}.npz"

@@ -230,7 +230,7 @@ def test_run_tokenises_what_the_block_reads_and_the_machine_lacks(campaign):
     # what cannot be made is named, with what makes it
     (tokens / "002.npz").unlink()
     (corpus / "train" / "002.txt").unlink()
-    with pytest.raises(typer.BadParameter, match=r"002\.txt is missing: build corpus v3"):
+    with pytest.raises(typer.BadParameter, match=r"002\.txt is missing: build corpus v3 first \(scripts/fetch_books"):
         english_campaign.prepare_block(state, block, tokens, base)
     (tokens / "002.npz").write_bytes(b"")
     (tokens / "base-0.npz").unlink()
