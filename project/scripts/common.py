@@ -476,3 +476,42 @@ def epoch_steps(windows: int, batch_size: int, procs: int) -> int:
     from spacy_elmo.pretrain.batches import epoch_batches
 
     return len(epoch_batches(numpy.zeros(windows, dtype=numpy.int64), batch_size, 0, 0)) // procs
+
+
+#: The registry corpus's sources the shipped model was last trained on (the
+#: held-out slice's own eleven; linux_doc and perl_doc have their own held-out file).
+BASE_SOURCES = ["bbc", "brown", "gcide", "moby_dick", "movie_dialog", "nlp_corpus", "python_doc",
+                "shakespeare", "sotu", "wiki", "wordnet"]
+
+
+def tokenise(texts: List[Path], out: Path, max_tokens: int) -> None:
+    """Tokenise ``texts`` into ``out`` (.npz) once: skipped when its stamp records their sha256."""
+    stamp = out.with_suffix(".json")
+    digests = [sha256_of(t) for t in texts]
+    if out.exists() and stamp.exists() and json.loads(stamp.read_text())["sha256"] == digests:
+        return
+    from spacy_elmo.pretrain.reading import tokenise_slice
+
+    corpus = tokenise_slice(texts, out, "en", max_tokens)
+    stamp.write_text(json.dumps({"texts": [t.name for t in texts], "sha256": digests,
+                                 "tokens": corpus.stats.tokens, "windows": corpus.stats.windows}) + "\n")
+    print(f"{out}: {corpus.stats.summary()}", flush=True)
+
+
+def base_parts(base: Path, out: Path, parts: int) -> List[Path]:
+    """Every ``parts``-th line of the registry corpus's eleven sources, as
+    ``parts`` text files (each samples every source alike)."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"part-{j}.txt" for j in range(parts)]
+    handles = [p.open("w", encoding="utf-8") for p in paths]
+    try:
+        n = 0
+        for name in BASE_SOURCES:
+            with (base / "train" / f"{name}.txt").open(encoding="utf-8") as fin:
+                for line in fin:
+                    handles[n % parts].write(line)
+                    n += 1
+    finally:
+        for handle in handles:
+            handle.close()
+    return paths

@@ -45,7 +45,7 @@ import h5py
 import numpy
 import typer
 
-from common import epoch_steps, slice_windows
+from common import BASE_SOURCES, base_parts, epoch_steps, slice_windows, tokenise
 
 HERE = Path(__file__).resolve().parent.parent
 CAMPAIGN = HERE / "campaign" / "english-v3"
@@ -128,8 +128,6 @@ def prepare_block(state: Dict[str, Any], block: Dict[str, Any], tokens: Path, ba
     """Tokenise the block's files that ``tokens`` lacks: its slices from
     ``tokens/../train/NNN.txt``, its registry part from ``base``; returns
     the files made."""
-    import tokenise_slices
-
     corpus, made = tokens.parent, []
     tokens.mkdir(parents=True, exist_ok=True)
     for n in block["slices"]:
@@ -140,18 +138,18 @@ def prepare_block(state: Dict[str, Any], block: Dict[str, Any], tokens: Path, ba
         if not text.exists():
             raise typer.BadParameter(f"block {block['block']} reads slice {n}, and {text} is missing: build corpus "
                                      f"v3 first (scripts/fetch_books_wiki.py; docs/corpus.md)", param_hint="--tokens")
-        tokenise_slices.tokenise([text], out, MAX_TOKENS)
+        tokenise([text], out, MAX_TOKENS)
         made.append(out)
     mix = tokens / f"{block['mix']}.npz"
     if not mix.exists():
         part = int(block["mix"].rpartition("-")[2])
-        missing = [name for name in tokenise_slices.BASE_SOURCES if not (base / "train" / f"{name}.txt").exists()]
+        missing = [name for name in BASE_SOURCES if not (base / "train" / f"{name}.txt").exists()]
         if missing:
             raise typer.BadParameter(f"block {block['block']} mixes in {block['mix']}, and {base / 'train'} lacks "
                                      f"{missing[0]}.txt: fetch the registry corpus first "
                                      f"(scripts/fetch_pretrain_text.py)", param_hint="--base")
-        parts = tokenise_slices.base_parts(base, corpus / "base", state["base_parts"])
-        tokenise_slices.tokenise([parts[part]], mix, MAX_TOKENS)
+        parts = base_parts(base, corpus / "base", state["base_parts"])
+        tokenise([parts[part]], mix, MAX_TOKENS)
         made.append(mix)
     return made
 

@@ -9,30 +9,12 @@ starts now, the rest can follow later). ``--base-parts K`` also cuts the
 registry corpus into K parts of every K-th line (``tokens/base-J.npz``), so
 that a short run can mix a fifth of it, say, instead of all 16.6M tokens.
 """
-import json
 from pathlib import Path
 from typing import List
 
 import typer
 
-from common import sha256_of
-from spacy_elmo.pretrain.reading import tokenise_slice
-
-#: The registry corpus's sources the shipped model was last trained on (the
-#: held-out slice's own eleven; linux_doc and perl_doc have their own held-out file).
-BASE_SOURCES = ["bbc", "brown", "gcide", "moby_dick", "movie_dialog", "nlp_corpus", "python_doc",
-                "shakespeare", "sotu", "wiki", "wordnet"]
-
-
-def tokenise(texts: List[Path], out: Path, max_tokens: int) -> None:
-    stamp = out.with_suffix(".json")
-    digests = [sha256_of(t) for t in texts]
-    if out.exists() and stamp.exists() and json.loads(stamp.read_text())["sha256"] == digests:
-        return
-    corpus = tokenise_slice(texts, out, "en", max_tokens)
-    stamp.write_text(json.dumps({"texts": [t.name for t in texts], "sha256": digests,
-                                 "tokens": corpus.stats.tokens, "windows": corpus.stats.windows}) + "\n")
-    typer.echo(f"{out}: {corpus.stats.summary()}")
+from common import BASE_SOURCES, base_parts, tokenise
 
 
 def parse_slices(spec: str) -> List[int]:
@@ -48,25 +30,6 @@ def parse_slices(spec: str) -> List[int]:
             raise typer.BadParameter(f"{part!r}: the range runs backwards", param_hint="--slices")
         numbers.extend(range(low, high + 1))
     return numbers
-
-
-def base_parts(base: Path, out: Path, parts: int) -> List[Path]:
-    """Every ``parts``-th line of the registry corpus's eleven sources, as
-    ``parts`` text files (each samples every source alike)."""
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"part-{j}.txt" for j in range(parts)]
-    handles = [p.open("w", encoding="utf-8") for p in paths]
-    try:
-        n = 0
-        for name in BASE_SOURCES:
-            with (base / "train" / f"{name}.txt").open(encoding="utf-8") as fin:
-                for line in fin:
-                    handles[n % parts].write(line)
-                    n += 1
-    finally:
-        for handle in handles:
-            handle.close()
-    return paths
 
 
 def main(
