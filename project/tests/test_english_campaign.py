@@ -208,9 +208,7 @@ def test_run_tokenises_what_the_block_reads_and_the_machine_lacks(campaign):
     (corpus / "train" / "002.txt").write_text("\n".join(make_lines(30, 5)) + "\n", encoding="utf-8")
     base = corpus / "pretrain2"
     (base / "train").mkdir(parents=True)
-    import tokenise_slices
-
-    for i, name in enumerate(tokenise_slices.BASE_SOURCES):
+    for i, name in enumerate(common.BASE_SOURCES):
         (base / "train" / f"{name}.txt").write_text("".join(f"{name} line {j} .\n" for j in range(i + 3)))
     state = english_campaign.load_state(root)
     block = english_campaign.current_block(state, runs)
@@ -224,7 +222,7 @@ def test_run_tokenises_what_the_block_reads_and_the_machine_lacks(campaign):
     (tokens / "base-0.npz").unlink()
     state["base_parts"] = 2
     assert english_campaign.prepare_block(state, block, tokens, base) == [tokens / "base-0.npz"]
-    every = [line for name in tokenise_slices.BASE_SOURCES
+    every = [line for name in common.BASE_SOURCES
              for line in (base / "train" / f"{name}.txt").read_text().splitlines()]
     assert (corpus / "base" / "part-0.txt").read_text().splitlines() == every[0::2]
     # what cannot be made is named, with what makes it
