@@ -16,12 +16,14 @@ not forgotten), its learning rate decaying to zero at the block's end.
     python scripts/english_campaign.py run --minutes 120 --procs 2 --blocks 3
     python scripts/english_campaign.py save        # then commit campaign/
 
-``run`` continues the block in hand when its run directory is still on the
-machine (``--resume``) and otherwise starts the next one from the saved
-export; with ``--blocks N`` each block read to its end is saved and the next
-one started from it, until the time limit. ``save`` exports the newest
-checkpoint of the block in hand and records it: a block saved before its end
-stays in ``state.json`` as read in part, and its slices are not read again.
+``run`` continues the block in hand: with ``--resume`` where its run
+directory is still on the machine, and otherwise, where it was saved before
+its end, from the saved export at the step it was saved (``pretrain
+--start-step``: the same data order read on from there, a new optimizer);
+then it starts the next block from the saved export. With ``--blocks N``
+each block read to its end is saved and the next one started from it, until
+the time limit. ``save`` exports the newest checkpoint of the block in hand
+and records it, read to its end or not.
 
 ``run`` first tokenises what the block reads and the machine lacks (its
 slices' ``train/NNN.txt`` and its part of the registry corpus, as
@@ -110,18 +112,33 @@ def has_checkpoint(run: Path) -> bool:
     return (run / "checkpoints" / "last.pt").exists()
 
 
+def run_start_step(run: Path) -> int:
+    """The step a block's run began at (its ``config.json``; 0 for a run
+    begun at the block's start)."""
+    path = run / "config.json"
+    if not path.exists():
+        return 0
+    return int(json.loads(path.read_text(encoding="utf-8")).get("start_step", 0))
+
+
 def current_block(state: Dict[str, Any], runs: Path) -> Dict[str, Any]:
     """The block ``run`` works on: the last saved one if it was not read to
-    its end and its run is still here, a started but unsaved one, or a new one."""
+    its end (resumed where its run is still here, otherwise continued from
+    the saved export at the step it was saved), a started but unsaved one,
+    or a new one. ``start_step`` is where the block's run begins or began."""
     blocks = state["blocks"]
-    if blocks and not blocks[-1]["complete"] and has_checkpoint(runs / f"block-{blocks[-1]['block']}"):
-        return dict(blocks[-1], resume=True)
+    if blocks and not blocks[-1]["complete"]:
+        run = runs / f"block-{blocks[-1]['block']}"
+        if has_checkpoint(run):
+            return dict(blocks[-1], resume=True, start_step=run_start_step(run))
+        return dict(blocks[-1], resume=False, start_step=int(blocks[-1]["steps"]))
     k = len(blocks)
     slices = next_slices(state)
     if not slices:
         raise typer.BadParameter("every slice of corpus v3 has been read: the campaign is over")
     block = {"block": k, "slices": slices, "mix": f"base-{k % state['base_parts']}", "seed": state["seed"] + k}
-    return dict(block, resume=has_checkpoint(runs / f"block-{k}"))
+    resume = has_checkpoint(runs / f"block-{k}")
+    return dict(block, resume=resume, start_step=run_start_step(runs / f"block-{k}") if resume else 0)
 
 
 def prepare_block(state: Dict[str, Any], block: Dict[str, Any], tokens: Path, base: Path) -> List[Path]:
@@ -174,7 +191,14 @@ def pretrain_command(state: Dict[str, Any], block: Dict[str, Any], campaign: Pat
             f"corpus/pretrain3 --base corpus/pretrain2 --slices "
             f"{','.join(str(n) for n in block['slices'])} --base-parts {state['base_parts']}`")
     steps = epoch_steps(sum(slice_windows(p) for p in files), state["batch_size"], procs)
-    first = block["block"] == 0  # block 0 starts from the shipped model, resumed or not
+    start = int(block.get("start_step", 0))
+    if start and steps != block["epoch_steps"]:
+        raise typer.BadParameter(
+            f"block {block['block']} was read in part with another number of processes ({block['epoch_steps']} "
+            f"steps an epoch, {steps} with {procs}): continue it with the --procs it was read with, so that it "
+            f"reads on in the same order", param_hint="--procs")
+    # block 0 starts from the shipped model, resumed or not; a block continued from the saved export, from that
+    first = block["block"] == 0 and not start
     init = state["init"] if first else str(campaign)
     launcher = [sys.executable, "-m"] if procs == 1 else [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}", "-m"]
@@ -188,6 +212,8 @@ def pretrain_command(state: Dict[str, Any], block: Dict[str, Any], campaign: Pat
                        "--precision", precision]
     if first and state.get("options"):
         argv += ["--options", state["options"]]
+    if start:
+        argv += ["--start-step", str(start)]
     if block["resume"]:
         argv.append("--resume")
     if minutes:
@@ -237,7 +263,12 @@ def status(campaign: Path = typer.Option(CAMPAIGN), runs: Path = typer.Option(RU
     typer.echo(f"tokens read since v5: {tokens_read(state):,}; slices begun {len(read)} of {len(state['order'])}")
     if len(read) < len(state["order"]):
         block = current_block(state, runs)
-        how = "continues" if block["resume"] else "starts"
+        if block["resume"]:
+            how = "continues"
+        elif block["start_step"]:
+            how = f"continues (from the saved export, at step {block['start_step']})"
+        else:
+            how = "starts"
         typer.echo(f"next run {how} block {block['block']}: slices {block['slices']} + {block['mix']}")
 
 

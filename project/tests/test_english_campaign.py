@@ -100,17 +100,22 @@ def test_run_reads_blocks_in_turn_saving_each_one_read_to_its_end(campaign):
     assert not (runs / "block-2").exists()
 
 
-def test_a_block_saved_in_part_is_resumed_here_and_skipped_on_a_fresh_machine(campaign):
+def test_a_block_saved_in_part_is_resumed_here_and_read_on_from_its_export_on_a_fresh_machine(campaign):
     root, tokens, runs, _ = campaign
     state = english_campaign.load_state(root)
-    state["blocks"] = [{"block": 0, "slices": [2], "mix": "base-0", "seed": 100, "epoch_steps": 9, "steps": 4,
+    steps = common.epoch_steps(_windows(tokens, "002", "base-0"), 16, 2)
+    state["blocks"] = [{"block": 0, "slices": [2], "mix": "base-0", "seed": 100, "epoch_steps": steps, "steps": 4,
                         "tokens": 100, "complete": False}]
-    # its run is gone: the next block, from the next unread slice
+    # its run is gone: the block goes on from the saved export at the step it was saved
     block = english_campaign.current_block(state, runs)
-    assert (block["block"], block["slices"], block["resume"]) == (1, [0], False)
+    assert (block["block"], block["slices"], block["resume"], block["start_step"]) == (0, [2], False, 4)
     argv = english_campaign.pretrain_command(state, block, root, tokens, runs, 2, 30)
-    assert argv[argv.index("--init") + 1] == str(root) and "--resume" not in argv
+    assert argv[argv.index("--init") + 1] == str(root) and "--resume" not in argv and "--options" not in argv
+    assert argv[argv.index("--start-step") + 1] == "4" and argv[argv.index("--max-steps") + 1] == str(steps)
     assert "torch.distributed.run" in argv and argv[-2:] == ["--time-limit", "30"]
+    # in the same order only: with the processes it was read with
+    with pytest.raises(typer.BadParameter, match="another number of processes .* --procs it was read with"):
+        english_campaign.pretrain_command(state, block, root, tokens, runs, 1, 30)
     # its run is still here: continued where it stopped
     (runs / "block-0" / "checkpoints").mkdir(parents=True)
     (runs / "block-0" / "checkpoints" / "last.pt").write_bytes(b"")
@@ -119,6 +124,39 @@ def test_a_block_saved_in_part_is_resumed_here_and_skipped_on_a_fresh_machine(ca
     argv = english_campaign.pretrain_command(state, block, root, tokens, runs, 1, None)
     # with the settings it began with (the trainer refuses a resume whose --init or --options differ)
     assert argv[-1] == "--resume" and argv[argv.index("--init") + 1] == state["init"]
+    # a run that itself began at a saved step resumes with that --start-step
+    (runs / "block-0" / "config.json").write_text(json.dumps({"start_step": 4}), encoding="utf-8")
+    block = english_campaign.current_block(state, runs)
+    assert (block["resume"], block["start_step"]) == (True, 4)
+    argv = english_campaign.pretrain_command(state, block, root, tokens, runs, 2, None)
+    assert argv[-1] == "--resume" and argv[argv.index("--start-step") + 1] == "4"
+    assert argv[argv.index("--init") + 1] == str(root)
+
+
+def test_a_block_read_on_from_its_export_ends_where_one_run_ends(campaign, tmp_path):
+    """A block saved in part, its run lost: `run` reads the rest of its epoch
+    and records the block as one run would (its steps and tokens)."""
+    root, tokens, runs, args = campaign
+    runner = CliRunner()
+    whole = tmp_path / "whole"
+    shutil.copytree(root, whole)
+    result = runner.invoke(english_campaign.app, ["run", "--procs", "1", "--tokens", str(tokens), "--campaign",
+                                                  str(whole), "--runs", str(tmp_path / "whole-runs")])
+    assert result.exit_code == 0, result.output
+    (read,) = json.loads((whole / "state.json").read_text())["blocks"]
+    # the same block saved in part at step 2, from a run this machine no longer has
+    state = json.loads((root / "state.json").read_text())
+    state["blocks"] = [dict(read, steps=2, tokens=1, complete=False)]
+    (root / "state.json").write_text(json.dumps(state), encoding="utf-8")
+    for name in ("weights.hdf5", "softmax.hdf5", "options.json", "vocab.txt"):
+        shutil.copy(tmp_path / "whole-runs" / "block-0" / "export" / name, root / name)
+    assert "continues (from the saved export, at step 2) block 0" in runner.invoke(
+        english_campaign.app, ["status", *args]).output
+    result = runner.invoke(english_campaign.app, ["run", "--procs", "1", "--tokens", str(tokens), *args])
+    assert result.exit_code == 0, result.output
+    assert "--start-step 2" in result.output and "saved block 0" in result.output
+    (again,) = json.loads((root / "state.json").read_text())["blocks"]
+    assert again == read
 
 
 def test_a_missing_slice_names_the_command_that_makes_it(campaign):

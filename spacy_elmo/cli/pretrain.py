@@ -50,6 +50,7 @@ def pretrain(
     options: Optional[Path] = _setting("options"),
     shape: Optional[str] = _setting("shape"),
     init: Optional[Path] = _setting("init"),
+    start_step: int = _setting("start_step", min=0),
     dev: List[Path] = _setting("dev"),
     lang: str = _setting("lang"),
     max_tokens: int = _setting("max_tokens"),

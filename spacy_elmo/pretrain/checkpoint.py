@@ -223,6 +223,13 @@ def _earlier_checkpoints(path: Path) -> str:
 
 
 # ------------------------------------------------------------ resume checks
+def _config_defaults() -> Dict[str, Any]:
+    """Each PretrainConfig field's default (the fields without one left out)."""
+    from dataclasses import MISSING, fields
+
+    return {f.name: f.default for f in fields(PretrainConfig) if f.default is not MISSING}
+
+
 def check_resume(checkpoint: Dict[str, Any], config: PretrainConfig, info: D.DistInfo) -> None:
     """Refuse a resume whose settings change the weights; report (log) the
     settings that may change (:attr:`PretrainConfig.RESUMABLE_CHANGES`, and
@@ -231,11 +238,13 @@ def check_resume(checkpoint: Dict[str, Any], config: PretrainConfig, info: D.Dis
     :func:`check_resume_data`."""
     saved = checkpoint["config"]
     current = config.to_dict()
+    defaults = _config_defaults()
     diffs, allowed = [], []
     for k in current:
-        if saved.get(k) == current[k]:
+        before = saved.get(k, defaults.get(k))  # a field newer than the checkpoint: its default
+        if before == current[k]:
             continue
-        change = f"{k}: {saved.get(k)!r} -> {current[k]!r}"
+        change = f"{k}: {before!r} -> {current[k]!r}"
         if k in PretrainConfig.RESUMABLE_CHANGES:
             if k == "max_steps" and config.schedule == "linear":
                 change += f" (the linear decay now reaches zero at step {config.max_steps})"

@@ -1,6 +1,7 @@
 """The settings of a pretraining run (saved as OUTPUT/config.json and in
-every checkpoint, so its fields are part of the checkpoint format: adding
-one makes every older checkpoint "differ" on resume).
+every checkpoint, so its fields are part of the checkpoint format: a field
+added later is read as its default from an older checkpoint on resume, so
+its default must mean what older runs did).
 
 Each field's ``help`` metadata is the command line's help text: the CLI
 builds its options (defaults included) from these fields.
@@ -40,6 +41,13 @@ class PretrainConfig:
         None,
         "Start from an exported model directory (weights.hdf5, options.json; vocab.txt and softmax.hdf5 are used when "
         "there): continue or adapt it",
+    )
+    start_step: int = _setting(
+        0,
+        "Begin at this step of the schedule and the data order, from --init's weights with a new optimizer: "
+        "continues a run whose checkpoints are lost from its export at that step, reading on where it stopped "
+        "(give its training files, --seed, --batch-size, --max-steps and number of processes); the warm-up "
+        "starts again from there",
     )
     lang: str = _setting("en", "spaCy language whose tokenizer splits the text (spacy.blank(lang))")
     max_tokens: int = _setting(100, "Longer lines are cut into windows of at most this many tokens")
@@ -94,6 +102,12 @@ class PretrainConfig:
         for name in ("max_tokens", "batch_size", "max_steps", "log_every", "eval_every", "checkpoint_every"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, found {getattr(self, name)}")
+        if self.start_step < 0:
+            problems.append(f"start_step must be >= 0, found {self.start_step}")
+        if self.start_step and self.init is None:
+            problems.append("start_step continues an exported model: give init (the export at that step) too")
+        if self.start_step and self.max_steps is not None and self.start_step >= self.max_steps:
+            problems.append(f"start_step ({self.start_step}) must be below max_steps ({self.max_steps})")
         if self.warmup_steps < 0:
             problems.append(f"warmup_steps must be >= 0, found {self.warmup_steps}")
         if self.optimizer not in OPTIMIZERS:

@@ -18,10 +18,13 @@ def lr_factor(config: PretrainConfig) -> Callable[[int], float]:
     ``max_steps`` is read at every step, as the training loop reads it, so a
     ``pretrain`` callback that changes ``config.max_steps`` mid-run (a run
     fitted to a time budget) moves the run's end
-    there, the decay steepened or eased to reach zero at the new end."""
-    warmup, linear = config.warmup_steps, config.schedule == "linear"
+    there, the decay steepened or eased to reach zero at the new end.
+    A run begun at ``start_step`` (a new optimizer on an export) has the
+    schedule of a run from step 0, scaled by a warm-up of its own from
+    ``start_step`` on."""
+    warmup, linear, start = config.warmup_steps, config.schedule == "linear", config.start_step
 
-    def factor(step: int) -> float:
+    def schedule(step: int) -> float:
         if warmup and step < warmup:
             return (step + 1) / warmup
         if linear:
@@ -29,11 +32,19 @@ def lr_factor(config: PretrainConfig) -> Callable[[int], float]:
             return max(0.0, (total - step) / max(1, total - warmup))
         return 1.0
 
+    def factor(step: int) -> float:
+        if start and warmup and step - start < warmup:
+            return schedule(step) * (step - start + 1) / warmup
+        return schedule(step)
+
     return factor
 
 
 def make_scheduler(config: PretrainConfig, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LambdaLR:
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(config))
+    """The scheduler counts the run's own steps; the factor takes the step
+    of the schedule (``start_step`` more)."""
+    factor, start = lr_factor(config), config.start_step
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: factor(k + start))
 
 
 def make_scaler(config: PretrainConfig) -> torch.amp.GradScaler:

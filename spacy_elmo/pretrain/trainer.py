@@ -36,7 +36,9 @@ of processes: the data goes on from the checkpoint's place (no batch read
 twice; as in every run, the batches at an epoch's end that are fewer than
 the processes are skipped), each step then reading one batch per process
 (:func:`.batches.settle`); ranks new to the run start their dropout RNG from
-the seed, their rank and the step.
+the seed, their rank and the step. A run whose checkpoints are lost reads on
+from an export at step N (``start_step`` with ``init``): the same data from
+step N on, the same schedule, a new optimizer warmed up again.
 """
 import json
 import logging
@@ -219,6 +221,8 @@ class _Run:
             torch.manual_seed(config.seed * 1000 + 1 + info.rank)
             self.step, self.tokens_seen = 0, 0
             start = (0, 0)
+            if config.start_step:
+                self.step, self.tokens_seen, start = self.skip_to(config.start_step)
         #: (epoch, first batch) of the next step's data.
         self.position = settle(*start, info.world_size, data.n_batches)
         self.log = RunLog(self.out / "log.jsonl", info.is_main)
@@ -239,6 +243,21 @@ class _Run:
             self.train_model = nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[device.index] if device.type == "cuda" else None
             )
+
+    def skip_to(self, step: int):
+        """(step, tokens_seen, position) of a run of this many processes at
+        ``step``: the data order walked without training, ``tokens_seen``
+        counted as the run counts it (rank 0's tokens times the processes)."""
+        n, world, position, tokens = self.data.n_batches, self.info.world_size, (0, 0), 0
+        epoch, batches = None, []
+        position = settle(*position, world, n)
+        for _ in range(step):
+            if position[0] != epoch:
+                epoch = position[0]
+                batches = epoch_batches(self.data.train_lengths, self.config.batch_size, self.config.seed, epoch)
+            tokens += int(self.data.train_lengths[batches[position[1]]].sum()) * world
+            position = settle(position[0], position[1] + world, world, n)
+        return step, tokens, position
 
     def release_process_group(self) -> None:
         """Drop the DDP wrapper, the one object of a run that holds the
@@ -273,6 +292,7 @@ class _Run:
             step=self.step,
             world_size=self.info.world_size,
             **({"checkpoint": self.resumed_from} if self.resumed else {}),
+            **({"start_step": self.config.start_step} if self.config.start_step and not self.resumed else {}),
             corpus=data.corpus.stats.to_dict(),
             train_windows=int(len(data.train_idx)),
             dev_windows=int(len(data.dev_idx)),

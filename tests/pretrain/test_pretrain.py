@@ -779,8 +779,9 @@ def test_concurrent_corpus_cache_writes_never_expose_a_partial_file(tmp_path):
 
 def test_checkpoint_contents_are_stable(tmp_path):
     """Runs in progress are resumed by newer code: a checkpoint's keys and
-    its config's fields are the format (a new config field would make every
-    older checkpoint refuse to resume)."""
+    its config's fields are the format (a config field added later is read
+    from an older checkpoint as its default:
+    test_a_checkpoint_older_than_a_setting_resumes_with_its_default)."""
     corpus = write_corpus(tmp_path, 60)
     pretrain(tiny_config(tmp_path, corpus, max_steps=2), progress=False)
     state = _state(tmp_path / "out")
@@ -790,12 +791,85 @@ def test_checkpoint_contents_are_stable(tmp_path):
         "corpus_sha256", "model", "optimizer", "scheduler", "scaler", "rng", "sha256",
     }
     assert list(state["config"]) == [
-        "train", "output", "dev", "options", "shape", "init", "lang", "max_tokens", "max_line_chars", "strict",
-        "vocab", "vocab_size", "min_count", "cutoffs", "dev_fraction", "max_dev_windows", "batch_size", "max_steps",
-        "optimizer", "lr", "warmup_steps", "schedule", "clip_norm", "dropout", "seed", "log_every", "eval_every",
-        "checkpoint_every", "device", "precision",
+        "train", "output", "dev", "options", "shape", "init", "start_step", "lang", "max_tokens", "max_line_chars",
+        "strict", "vocab", "vocab_size", "min_count", "cutoffs", "dev_fraction", "max_dev_windows", "batch_size",
+        "max_steps", "optimizer", "lr", "warmup_steps", "schedule", "clip_norm", "dropout", "seed", "log_every",
+        "eval_every", "checkpoint_every", "device", "precision",
     ]
     assert set(state["rng"][0]) == {"torch"} and state["step"] == 2 and state["world_size"] == 1
+
+
+def test_a_run_whose_checkpoints_are_lost_reads_on_from_its_export_at_its_step(tmp_path):
+    """--start-step N with --init (the export at step N): the steps after N
+    read the very windows the uninterrupted run read, tokens_seen counts the
+    N steps skipped as the run did, the schedule is the run's after a
+    warm-up of its own; such a run resumes (its config keeps start_step)."""
+    corpus = write_corpus(tmp_path, 120)
+    settings = dict(max_steps=8, dropout=0.2, batch_size=16, warmup_steps=3, eval_every=1000)
+    read = {}
+
+    def record(name):
+        def keep(step, info):
+            read.setdefault(name, {})[step] = info["windows"]
+        return keep
+
+    pretrain(tiny_config(tmp_path, corpus, "full", **settings), progress=False, callback=record("full"))
+
+    def stop_at(n, name):
+        def stop(step, info):
+            record(name)(step, info)
+            if step == n:
+                os.kill(os.getpid(), signal.SIGTERM)
+        return stop
+
+    assert pretrain(tiny_config(tmp_path, corpus, "lost", **settings), progress=False,
+                    callback=stop_at(3, "lost"))["stopped"]
+    exported = export(tmp_path / "lost", tmp_path / "lost" / "export")
+    lost_tokens = _state(tmp_path / "lost")["tokens_seen"]
+
+    config = tiny_config(tmp_path, corpus, "on", init=str(exported), options=None, start_step=3, **settings)
+    assert pretrain(config, progress=False, callback=stop_at(5, "on"))["stopped"]
+    assert _state(tmp_path / "on")["config"]["start_step"] == 3
+    assert pretrain(config, resume=True, progress=False, callback=record("on"))["step"] == 8
+    assert read["lost"] == {k: read["full"][k] for k in (1, 2, 3)}
+    assert read["on"] == {k: read["full"][k] for k in range(4, 9)}  # no window twice, none left out
+    assert _state(tmp_path / "on")["tokens_seen"] == _state(tmp_path / "full")["tokens_seen"]
+    assert 0 < lost_tokens < _state(tmp_path / "full")["tokens_seen"]
+
+    log = read_log(tmp_path / "on" / "log.jsonl")
+    assert [r["step"] for r in log if r["event"] == "start"] == [3] and log[0]["start_step"] == 3
+    lrs = {name: {r["step"]: r["lr"] for r in read_log(tmp_path / name / "log.jsonl") if r["event"] == "train"}
+           for name in ("full", "on")}
+    assert sorted(lrs["on"]) == list(range(4, 9))
+    assert lrs["on"][4] == pytest.approx(lrs["full"][4] * 2 / 3)  # the warm-up's second of three steps
+    for step in range(5, 9):
+        assert lrs["on"][step] == pytest.approx(lrs["full"][step]), step
+
+
+def test_start_step_needs_an_export_and_a_step_before_the_end(tmp_path):
+    corpus = write_corpus(tmp_path, 60)
+    with pytest.raises(ValueError, match="start_step continues an exported model: give init"):
+        pretrain(tiny_config(tmp_path, corpus, start_step=2), progress=False)
+    with pytest.raises(ValueError, match=r"start_step \(6\) must be below max_steps \(6\)"):
+        pretrain(tiny_config(tmp_path, corpus, start_step=6, init=str(tmp_path), options=None), progress=False)
+
+
+def test_a_checkpoint_older_than_a_setting_resumes_with_its_default(tmp_path):
+    """A checkpoint written before start_step existed has no such field in its
+    config: resume reads it as the default, not as a changed setting."""
+    from spacy_elmo.pretrain.checkpoint import DIGEST, state_digest
+
+    corpus = write_corpus(tmp_path, 60)
+    pretrain(tiny_config(tmp_path, corpus, max_steps=2), progress=False)
+    path = tmp_path / "out" / "checkpoints" / "last.pt"
+    state = load_checkpoint(path)
+    del state["config"]["start_step"]
+    state[DIGEST] = state_digest(state)
+    torch.save(state, path)
+    assert pretrain(tiny_config(tmp_path, corpus, max_steps=3), resume=True, progress=False)["step"] == 3
+    with pytest.raises(ValueError, match="start_step: 0 -> 1"):
+        pretrain(tiny_config(tmp_path, corpus, max_steps=4, start_step=1, init=str(tmp_path / "out" / "export"),
+                             options=None), resume=True, progress=False)
 
 
 def test_resume_can_lengthen_a_run(tmp_path):
