@@ -207,6 +207,8 @@ class _Run:
         self.optimizer = make_optimizer(config, self.model.parameters())
         self.scheduler = make_scheduler(config, self.optimizer)
         self.scaler = make_scaler(config)
+        self._epoch: Optional[int] = None
+        self._epoch_batches: List[numpy.ndarray] = []
         if checkpoint is not None:
             self.step, self.tokens_seen, has_rank = restore(
                 checkpoint, self.model, self.optimizer, self.scheduler, self.scaler, info.rank, device
@@ -219,17 +221,13 @@ class _Run:
                 init_from_export(self.model, Path(config.init), data.vocab, config.seed)
             # Different dropout masks on each rank; the weights are the same.
             torch.manual_seed(config.seed * 1000 + 1 + info.rank)
-            self.step, self.tokens_seen = 0, 0
-            start = (0, 0)
-            if config.start_step:
-                self.step, self.tokens_seen, start = self.skip_to(config.start_step)
+            self.step = config.start_step  # 0 unless the run reads on from an export at that step
+            self.tokens_seen, start = self.skip_to(self.step)
         #: (epoch, first batch) of the next step's data.
         self.position = settle(*start, info.world_size, data.n_batches)
         self.log = RunLog(self.out / "log.jsonl", info.is_main)
         if checkpoint is not None:
             self.log.rollback(self.step)
-        self._epoch: Optional[int] = None
-        self._epoch_batches: List[numpy.ndarray] = []
         # The DDP wrapper is made last, so that a failure above leaves no
         # wrapper (and no reference to the process group) behind.
         self.train_model: nn.Module = self.model
@@ -245,19 +243,16 @@ class _Run:
             )
 
     def skip_to(self, step: int):
-        """(step, tokens_seen, position) of a run of this many processes at
+        """(tokens_seen, position) of a run of this many processes at
         ``step``: the data order walked without training, ``tokens_seen``
         counted as the run counts it (rank 0's tokens times the processes)."""
-        n, world, position, tokens = self.data.n_batches, self.info.world_size, (0, 0), 0
-        epoch, batches = None, []
-        position = settle(*position, world, n)
+        n, world, tokens = self.data.n_batches, self.info.world_size, 0
+        epoch, batch = settle(0, 0, world, n)
         for _ in range(step):
-            if position[0] != epoch:
-                epoch = position[0]
-                batches = epoch_batches(self.data.train_lengths, self.config.batch_size, self.config.seed, epoch)
-            tokens += int(self.data.train_lengths[batches[position[1]]].sum()) * world
-            position = settle(position[0], position[1] + world, world, n)
-        return step, tokens, position
+            first = self.batches_of(epoch)[batch]
+            tokens += int(self.data.train_lengths[first].sum()) * world
+            epoch, batch = settle(epoch, batch + world, world, n)
+        return tokens, (epoch, batch)
 
     def release_process_group(self) -> None:
         """Drop the DDP wrapper, the one object of a run that holds the
@@ -323,13 +318,19 @@ class _Run:
         """This rank's windows for the next step (a fixed place in the epoch's
         order), the run's position moved on past the step's batches."""
         epoch, batch = self.position
+        batches = self.batches_of(epoch)
+        self.position = settle(epoch, batch + self.info.world_size, self.info.world_size, self.data.n_batches)
+        return self.data.train_idx[batches[batch + self.info.rank]]
+
+    def batches_of(self, epoch: int) -> List[numpy.ndarray]:
+        """The epoch's batches (positions into the training windows), kept
+        for the epoch in hand."""
         if epoch != self._epoch:
             self._epoch = epoch
             self._epoch_batches = epoch_batches(
                 self.data.train_lengths, self.config.batch_size, self.config.seed, epoch
             )
-        self.position = settle(epoch, batch + self.info.world_size, self.info.world_size, self.data.n_batches)
-        return self.data.train_idx[self._epoch_batches[batch + self.info.rank]]
+        return self._epoch_batches
 
     def train_step(self, windows: numpy.ndarray):
         """One optimizer step; returns (loss, nll_f, nll_b, targets, tokens, grad norm)."""
